@@ -1,0 +1,189 @@
+//! The store's one error type. Every variant names the path it concerns and
+//! says what to do; [`StoreError::errno`] is the single place where a store
+//! error becomes an errno for the FUSE adapter.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Errors of the store layer. Each variant carries the path it is about.
+#[derive(Debug)]
+pub enum StoreError {
+    /// An I/O call on `path` failed (`op` names the call, e.g. "open").
+    /// errno: the OS error's own code, EIO when it has none.
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// A regular file `<project>/<name>.jsonl[.zstd]`: the retired flat
+    /// layout (FORMAT.md, Layout). errno: EIO.
+    FlatArtifact { path: PathBuf },
+    /// A transcript of the other encoding than the root's (FORMAT.md,
+    /// Layout). errno: EIO.
+    EncodingMismatch { path: PathBuf, root_is_zstd: bool },
+    /// The same session directory name in several project directories
+    /// (FORMAT.md, Identity rules). errno: EIO.
+    DuplicateId { id_dir: String, paths: Vec<PathBuf> },
+    /// The header's id and cwd derive another path than the one the
+    /// transcript was found at (FORMAT.md, Identity rules). errno: EIO.
+    Misplaced { path: PathBuf, expected: PathBuf },
+    /// Empty file, or a first frame that is not exactly one valid header
+    /// line (FORMAT.md, Reading and recovery). errno: EIO.
+    HeaderLess { path: PathBuf, reason: String },
+    /// Structural or checksum corruption at byte `offset` of the backing
+    /// file (FORMAT.md, Reading and recovery). errno: EIO.
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// A header `version` other than 0, or a transcript under another name
+    /// such as `session.v3.jsonl.zstd` (FORMAT.md, Decisions). errno: EIO.
+    UnsupportedVersion { path: PathBuf, detail: String },
+    /// A name that is not a canonical project key or encoded session id.
+    /// errno: EINVAL.
+    InvalidName { name: String, reason: String },
+    /// A session id whose encoded name is too long to be read back by the
+    /// reference (FORMAT.md, Session directory). errno: ENAMETOOLONG.
+    NameTooLong { name: String, reason: String },
+    /// No such entry. errno: ENOENT.
+    NotFound { path: PathBuf },
+}
+
+/// Result alias of the store layer.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl StoreError {
+    /// Wraps an I/O error with the call and the path it concerns.
+    pub fn io(op: &'static str, path: &Path, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::NotFound {
+            return StoreError::NotFound {
+                path: path.to_path_buf(),
+            };
+        }
+        StoreError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Structural or checksum corruption of `path` at `offset`.
+    pub fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            path: path.to_path_buf(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    /// A header-less or invalid-header transcript.
+    pub fn header_less(path: &Path, reason: impl Into<String>) -> Self {
+        StoreError::HeaderLess {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The errno the FUSE adapter replies with for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            StoreError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            StoreError::NotFound { .. } => libc::ENOENT,
+            StoreError::InvalidName { .. } => libc::EINVAL,
+            StoreError::NameTooLong { .. } => libc::ENAMETOOLONG,
+            StoreError::FlatArtifact { .. }
+            | StoreError::EncodingMismatch { .. }
+            | StoreError::DuplicateId { .. }
+            | StoreError::Misplaced { .. }
+            | StoreError::HeaderLess { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::UnsupportedVersion { .. } => libc::EIO,
+        }
+    }
+
+    /// Whether this error means the entry is damaged or refused (worth a
+    /// warning in the log), as opposed to simply absent.
+    pub fn is_damage(&self) -> bool {
+        !matches!(self, StoreError::NotFound { .. })
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io { op, path, source } => {
+                write!(f, "{op} {}: {source}", path.display())
+            }
+            StoreError::FlatArtifact { path } => write!(
+                f,
+                "{} uses the retired flat-file layout; move it into \
+                 <project>/<session-id>/session.jsonl[.zstd] (or use a separate root)",
+                path.display()
+            ),
+            StoreError::EncodingMismatch { path, root_is_zstd } => {
+                let (found, root) = if *root_is_zstd {
+                    ("raw .jsonl", "zstd")
+                } else {
+                    (".jsonl.zstd", "raw")
+                };
+                write!(
+                    f,
+                    "{} is a {found} transcript in a {root} root; use a separate root \
+                     for it or mount with the matching --compression",
+                    path.display()
+                )
+            }
+            StoreError::DuplicateId { id_dir, paths } => {
+                let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                write!(
+                    f,
+                    "duplicate session id {id_dir:?} in several project directories ({}); \
+                     remove or move all but one",
+                    list.join(", ")
+                )
+            }
+            StoreError::Misplaced { path, expected } => write!(
+                f,
+                "{}: header id and cwd identify {}; move the session directory there",
+                path.display(),
+                expected.display()
+            ),
+            StoreError::HeaderLess { path, reason } => write!(
+                f,
+                "{}: empty or header-less transcript ({reason}); restore it from a backup \
+                 or move it out of the root",
+                path.display()
+            ),
+            StoreError::Corrupt {
+                path,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "{}: corrupt at byte {offset} ({reason}); run `sessionfs check` on it \
+                 or restore it from a backup",
+                path.display()
+            ),
+            StoreError::UnsupportedVersion { path, detail } => write!(
+                f,
+                "{}: unsupported session format version ({detail}); read it with the \
+                 harness version that wrote it",
+                path.display()
+            ),
+            StoreError::InvalidName { name, reason } => write!(f, "{name:?}: {reason}"),
+            StoreError::NameTooLong { name, reason } => write!(f, "{name:?}: {reason}"),
+            StoreError::NotFound { path } => write!(f, "{}: not found", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! Zstandard frames: a structural walker and a bounded, checksum-verifying
+//! decoder of one frame.
+//!
+//! Source: FORMAT.md, "Transcript encoding", RFC 8878 §3.1, and the
+//! reference's `scanZstdFrames`. Frame boundaries come only from walking
+//! the structure (magic, frame header, block headers, checksum): the magic
+//! number can occur inside compressed data, so it is never searched for.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+
+/// Magic number of a Zstandard data frame (little-endian on disk).
+pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+/// Largest decompressed size of one block (RFC 8878 §3.1.1.2.4).
+pub const BLOCK_MAX_PLAIN: u64 = 128 * 1024;
+
+/// Positioned reads, so that the walker runs over files and byte slices.
+pub trait ReadAt {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read
+    /// (0 at the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+impl ReadAt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
+    }
+}
+
+impl ReadAt for [u8] {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
+        let n = buf.len().min(self.len() - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// What kind of frame the walker found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// A Zstandard data frame.
+    Data {
+        /// The decompressed size the frame header claims, if it has the field.
+        content_size: Option<u64>,
+        /// Whether the frame carries a content checksum.
+        checksum: bool,
+        /// Upper bound of the decompressed size, from the block headers
+        /// (bytes): raw and RLE blocks count their size, compressed blocks
+        /// [`BLOCK_MAX_PLAIN`]. Never taken from a claim.
+        max_plain_len: u64,
+    },
+    /// A skippable frame (magic 0x184D2A5?): skipped when reading.
+    Skippable,
+}
+
+/// One complete frame: where it is in the compressed file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// Byte offset of the frame's first byte in the file.
+    pub offset: u64,
+    /// Compressed length in bytes, header to checksum.
+    pub len: u64,
+    /// Data or skippable.
+    pub kind: FrameKind,
+}
+
+/// Result of one walker step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A complete frame starts at the offset.
+    Frame(FrameInfo),
+    /// The file ends inside the frame that starts at the offset: a torn tail.
+    Torn,
+    /// The offset is the end of the file.
+    End,
+}
+
+/// Why a walk or a decode failed.
+#[derive(Debug)]
+pub enum FrameError {
+    /// Reading the file failed.
+    Io(io::Error),
+    /// Structural corruption at `offset` (bad magic, reserved bit, reserved
+    /// block type, impossible content size) or a failed decode.
+    Corrupt { offset: u64, reason: String },
+}
+
+/// A small read-ahead window over a [`ReadAt`], so that walking a frame of
+/// one block costs one read call.
+struct Window<'a, R: ReadAt + ?Sized> {
+    src: &'a R,
+    file_len: u64,
+    buf: [u8; 64],
+    start: u64,
+    len: usize,
+}
+
+impl<'a, R: ReadAt + ?Sized> Window<'a, R> {
+    fn new(src: &'a R, file_len: u64) -> Self {
+        Window {
+            src,
+            file_len,
+            buf: [0; 64],
+            start: 0,
+            len: 0,
+        }
+    }
+
+    /// `n` bytes (n <= 64) at `pos`, or `None` when the file ends first.
+    fn bytes(&mut self, pos: u64, n: usize) -> Result<Option<&[u8]>, FrameError> {
+        if pos.saturating_add(n as u64) > self.file_len {
+            return Ok(None);
+        }
+        let covered = pos >= self.start && pos + n as u64 <= self.start + self.len as u64;
+        if !covered {
+            let want = (self.file_len - pos).min(self.buf.len() as u64) as usize;
+            let mut got = 0;
+            while got < want {
+                let r = self
+                    .src
+                    .read_at(&mut self.buf[got..want], pos + got as u64)
+                    .map_err(FrameError::Io)?;
+                if r == 0 {
+                    break;
+                }
+                got += r;
+            }
+            self.start = pos;
+            self.len = got;
+            if got < n {
+                return Ok(None);
+            }
+        }
+        let at = (pos - self.start) as usize;
+        Ok(Some(&self.buf[at..at + n]))
+    }
+}
+
+fn le(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .rev()
+        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b))
+}
+
+/// Walks the frame that starts at `offset` of a file of `file_len` bytes.
+///
+/// Returns [`Step::End`] at the end of the file, [`Step::Torn`] when the
+/// file ends inside the frame (including fewer than 4 bytes of magic, as the
+/// reference treats them), or the complete frame.
+///
+/// Errors: [`FrameError::Corrupt`] for an invalid magic number, a reserved
+/// frame-header bit (mask 0x18, as the reference checks), a reserved block
+/// type, or a content size larger than the blocks can hold;
+/// [`FrameError::Io`] when reading fails.
+pub fn walk_frame<R: ReadAt + ?Sized>(
+    src: &R,
+    offset: u64,
+    file_len: u64,
+) -> Result<Step, FrameError> {
+    if offset >= file_len {
+        return Ok(Step::End);
+    }
+    let corrupt = |at: u64, reason: String| FrameError::Corrupt { offset: at, reason };
+    let mut w = Window::new(src, file_len);
+    let Some(magic) = w.bytes(offset, 4)? else {
+        return Ok(Step::Torn);
+    };
+    let magic = le(magic) as u32;
+    if magic & 0xFFFF_FFF0 == 0x184D_2A50 {
+        let Some(size) = w.bytes(offset + 4, 4)? else {
+            return Ok(Step::Torn);
+        };
+        let len = 8 + le(size);
+        if offset + len > file_len {
+            return Ok(Step::Torn);
+        }
+        return Ok(Step::Frame(FrameInfo {
+            offset,
+            len,
+            kind: FrameKind::Skippable,
+        }));
+    }
+    if magic != ZSTD_MAGIC {
+        return Err(corrupt(offset, "invalid frame magic".into()));
+    }
+    let mut pos = offset + 4;
+    let Some(descriptor) = w.bytes(pos, 1)? else {
+        return Ok(Step::Torn);
+    };
+    let descriptor = descriptor[0];
+    if descriptor & 0x18 != 0 {
+        return Err(corrupt(pos, "reserved frame-header bit set".into()));
+    }
+    pos += 1;
+    let fcs_flag = descriptor >> 6;
+    let single_segment = descriptor & 0x20 != 0;
+    let checksum = descriptor & 0x04 != 0;
+    let dict_bytes = match descriptor & 3 {
+        3 => 4,
+        n => u64::from(n),
+    };
+    let fcs_bytes: usize = match (fcs_flag, single_segment) {
+        (0, false) => 0,
+        (0, true) => 1,
+        (f, _) => 1 << f,
+    };
+    let window_bytes = if single_segment { 0 } else { 1 };
+    pos += window_bytes + dict_bytes;
+    let content_size = if fcs_bytes == 0 {
+        None
+    } else {
+        let Some(field) = w.bytes(pos, fcs_bytes)? else {
+            return Ok(Step::Torn);
+        };
+        let raw = le(field);
+        // The 2-byte field stores the size minus 256 (RFC 8878 §3.1.1.1.4).
+        Some(if fcs_bytes == 2 { raw + 256 } else { raw })
+    };
+    pos += fcs_bytes as u64;
+    let mut max_plain_len: u64 = 0;
+    loop {
+        let Some(block) = w.bytes(pos, 3)? else {
+            return Ok(Step::Torn);
+        };
+        let header = le(block);
+        let last = header & 1 != 0;
+        let block_type = (header >> 1) & 3;
+        let block_size = header >> 3;
+        let payload = match block_type {
+            0 => {
+                max_plain_len += block_size;
+                block_size
+            }
+            1 => {
+                max_plain_len += block_size;
+                1
+            }
+            2 => {
+                max_plain_len += BLOCK_MAX_PLAIN;
+                block_size
+            }
+            _ => return Err(corrupt(pos, "reserved block type".into())),
+        };
+        pos += 3 + payload;
+        if pos > file_len {
+            return Ok(Step::Torn);
+        }
+        if last {
+            break;
+        }
+    }
+    if checksum {
+        pos += 4;
+        if pos > file_len {
+            return Ok(Step::Torn);
+        }
+    }
+    if let Some(claim) = content_size {
+        if claim > max_plain_len {
+            return Err(corrupt(
+                offset,
+                format!("frame header claims {claim} bytes but its blocks hold at most {max_plain_len}"),
+            ));
+        }
+    }
+    Ok(Step::Frame(FrameInfo {
+        offset,
+        len: pos - offset,
+        kind: FrameKind::Data {
+            content_size,
+            checksum,
+            max_plain_len,
+        },
+    }))
+}
+
+thread_local! {
+    /// One decompression context per thread, reused across frames.
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+/// Decodes one complete data frame (`bytes` is exactly the frame, as
+/// [`walk_frame`] delimited it), verifying its checksum when it has one.
+///
+/// Allocation is bounded by the frame's own blocks
+/// (`max_plain_len`), never by the header's claim; a decoded length that
+/// differs from the claimed content size is corruption.
+///
+/// Errors: [`FrameError::Corrupt`] (offset = `info.offset`) when decoding
+/// fails, the checksum does not match, or the length is wrong.
+pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameError> {
+    let FrameKind::Data {
+        content_size,
+        max_plain_len,
+        ..
+    } = info.kind
+    else {
+        return Ok(Vec::new());
+    };
+    let corrupt = |reason: String| FrameError::Corrupt {
+        offset: info.offset,
+        reason,
+    };
+    let plain = match content_size {
+        Some(size) => decode_sized(bytes, size).map_err(|e| corrupt(format!("frame failed validation: {e}")))?,
+        None => {
+            let mut out = Vec::new();
+            let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
+                .map_err(|e| corrupt(e.to_string()))?
+                .single_frame();
+            decoder
+                .take(max_plain_len + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+            out
+        }
+    };
+    if plain.len() as u64 > max_plain_len {
+        return Err(corrupt("frame decodes to more than its blocks can hold".into()));
+    }
+    if let Some(size) = content_size {
+        if plain.len() as u64 != size {
+            return Err(corrupt(format!(
+                "frame decodes to {} bytes, its header claims {size}",
+                plain.len()
+            )));
+        }
+    }
+    Ok(plain)
+}
+
+/// Decodes a frame whose content size is known (and already bounded by
+/// its blocks) with the thread's reusable context.
+fn decode_sized(bytes: &[u8], size: u64) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(size as usize);
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress_to_buffer(bytes, &mut out).map(|_| ()),
+            None => Err(io::Error::other("no decompression context")),
+        }
+    })?;
+    Ok(out)
+}
+
+/// Encodes `plain` as one checksummed frame with its content size, at
+/// zstd level 3 (the reference's default), as FORMAT.md's writers do.
+///
+/// Errors: the compressor's I/O error (out of memory).
+pub fn encode_frame(plain: &[u8]) -> io::Result<Vec<u8>> {
+    let mut c = zstd::bulk::Compressor::new(3)?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true))?;
+    c.compress(plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn walk_all(bytes: &[u8]) -> (Vec<FrameInfo>, bool) {
+        let mut frames = Vec::new();
+        let mut off = 0;
+        loop {
+            match walk_frame(bytes, off, bytes.len() as u64).unwrap() {
+                Step::Frame(f) => {
+                    off += f.len;
+                    frames.push(f);
+                }
+                Step::Torn => return (frames, true),
+                Step::End => return (frames, false),
+            }
+        }
+    }
+
+    #[test]
+    fn walks_and_decodes_checksummed_frames() {
+        let a = encode_frame(b"{\"a\":1}\n").unwrap();
+        let b = encode_frame(&vec![b'x'; 300_000]).unwrap();
+        let mut file = a.clone();
+        file.extend_from_slice(&b);
+        let (frames, torn) = walk_all(&file);
+        assert!(!torn);
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[1].len as usize, b.len());
+        let start = frames[1].offset as usize;
+        let plain = decode_frame(&file[start..start + b.len()], &frames[1]).unwrap();
+        assert_eq!(plain, vec![b'x'; 300_000]);
+    }
+
+    #[test]
+    fn every_cut_is_torn_never_an_error() {
+        let a = encode_frame(b"{\"a\":1}\n").unwrap();
+        let b = encode_frame(&(0..200_000u32).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>()).unwrap();
+        let mut file = a.clone();
+        file.extend_from_slice(&b);
+        for cut in a.len() + 1..file.len() {
+            let (frames, torn) = walk_all(&file[..cut]);
+            assert_eq!(frames.len(), 1, "cut {cut}");
+            assert!(torn, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn skippable_frames_are_delimited() {
+        let mut file = vec![0x50, 0x2A, 0x4D, 0x18, 3, 0, 0, 0, 1, 2, 3];
+        file.extend(encode_frame(b"x\n").unwrap());
+        let (frames, torn) = walk_all(&file);
+        assert!(!torn);
+        assert_eq!(frames[0].kind, FrameKind::Skippable);
+        assert!(matches!(frames[1].kind, FrameKind::Data { .. }));
+    }
+
+    #[test]
+    fn bad_magic_is_corruption() {
+        let mut file = encode_frame(b"x\n").unwrap();
+        let at = file.len() as u64;
+        file.extend_from_slice(b"garbage!");
+        let r = walk_frame(&file[..], at, file.len() as u64);
+        assert!(matches!(r, Err(FrameError::Corrupt { offset, .. }) if offset == at));
+    }
+
+    #[test]
+    fn a_huge_claim_is_refused_without_allocating() {
+        // Single segment, 8-byte content size claiming 16 GiB, one raw block of 1 byte.
+        let mut file = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0];
+        file.extend_from_slice(&(16u64 << 30).to_le_bytes());
+        file.extend_from_slice(&[0x09, 0x00, 0x00, b'x']);
+        let r = walk_frame(&file[..], 0, file.len() as u64);
+        assert!(matches!(r, Err(FrameError::Corrupt { .. })));
+    }
+}

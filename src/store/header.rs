@@ -1,0 +1,165 @@
+//! The header line: the first line of every transcript.
+//!
+//! Source: FORMAT.md, "Header line", and the reference's `isHeaderLine`,
+//! `fromHeaderLine` and `toHeaderLine`.
+
+use serde_json::{Map, Value};
+
+/// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// Key order of a header line as the reference writes it.
+pub const HEADER_KEY_ORDER: [&str; 10] = [
+    "type",
+    "version",
+    "id",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "seedLength",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
+];
+
+/// A validated session header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    /// The session id (`id`).
+    pub id: String,
+    /// The project path (`cwd`), absent for `_no-cwd` sessions.
+    pub cwd: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch (`createdAt`).
+    pub created_at_ms: u64,
+    /// The whole header object as stored, in its stored key order.
+    pub fields: Map<String, Value>,
+}
+
+/// Why a line is not a valid header.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeaderError {
+    /// Not JSON, not an object, or a field of the wrong shape.
+    Invalid(String),
+    /// A `version` other than 0: a format sessionfs does not read.
+    UnsupportedVersion(String),
+}
+
+fn safe_non_negative_integer(value: Option<&Value>) -> Option<u64> {
+    let value = value?;
+    if let Some(n) = value.as_u64() {
+        return (n as f64 <= MAX_SAFE_INTEGER).then_some(n);
+    }
+    let f = value.as_f64()?;
+    let ok = f.fract() == 0.0 && f >= 0.0 && f <= MAX_SAFE_INTEGER && !f.is_sign_negative();
+    ok.then_some(f as u64)
+}
+
+/// Parses and validates one header line (`line` without its `\n`).
+///
+/// Checks, in the reference's order: JSON object; `version` a number and 0
+/// (else [`HeaderError::UnsupportedVersion`]); `type` = "session", `id`
+/// string, `createdAt` and `delegationDepth` non-negative safe integers,
+/// `origin` absent or "subagent", `agentPreset` absent or a string; no
+/// legacy `sandboxMode`/`approvalPolicy`. Beyond the reference, an optional
+/// `cwd` or `parentSession` must be a string and `cwd` must not be empty
+/// (FORMAT.md: an empty cwd is invalid).
+pub fn parse_header(line: &[u8]) -> Result<Header, HeaderError> {
+    let invalid = |why: &str| Err(HeaderError::Invalid(why.to_string()));
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(_) => return invalid("header line is not valid JSON"),
+    };
+    let Value::Object(fields) = value else {
+        return invalid("header line is not a JSON object");
+    };
+    if let Some(version) = fields.get("version").and_then(Value::as_f64) {
+        if version != 0.0 {
+            return Err(HeaderError::UnsupportedVersion(format!(
+                "header version {} (only 0 is supported)",
+                fields["version"]
+            )));
+        }
+    }
+    if fields.get("type").and_then(Value::as_str) != Some("session") {
+        return invalid("first line is not a session header (type is not \"session\")");
+    }
+    if !fields.get("version").is_some_and(Value::is_number) {
+        return invalid("header has no numeric version");
+    }
+    let Some(id) = fields.get("id").and_then(Value::as_str).map(str::to_string) else {
+        return invalid("header id is not a string");
+    };
+    let Some(created_at_ms) = safe_non_negative_integer(fields.get("createdAt")) else {
+        return invalid("header createdAt is not a non-negative safe integer");
+    };
+    if safe_non_negative_integer(fields.get("delegationDepth")).is_none() {
+        return invalid("header delegationDepth is not a non-negative safe integer");
+    }
+    match fields.get("origin") {
+        None => {}
+        Some(Value::String(s)) if s == "subagent" => {}
+        Some(_) => return invalid("header origin is not \"subagent\""),
+    }
+    for key in ["agentPreset", "parentSession"] {
+        if fields.get(key).is_some_and(|v| !v.is_string()) {
+            return invalid(&format!("header {key} is not a string"));
+        }
+    }
+    if fields.get("seedLength").is_some_and(|v| !v.is_number()) {
+        return invalid("header seedLength is not a number");
+    }
+    if fields.contains_key("sandboxMode") || fields.contains_key("approvalPolicy") {
+        return invalid("session header uses retired policy baseline fields");
+    }
+    let cwd = match fields.get("cwd") {
+        None => None,
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(_) => return invalid("header cwd is not a non-empty string"),
+    };
+    Ok(Header {
+        id,
+        cwd,
+        created_at_ms,
+        fields,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_header() {
+        let h = parse_header(br#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"/x","delegationDepth":0}"#)
+            .unwrap();
+        assert_eq!(h.id, "a");
+        assert_eq!(h.cwd.as_deref(), Some("/x"));
+        assert_eq!(h.created_at_ms, 1);
+    }
+
+    #[test]
+    fn version_other_than_zero_is_unsupported_not_corrupt() {
+        let r = parse_header(br#"{"type":"session","version":3,"id":"a"}"#);
+        assert!(matches!(r, Err(HeaderError::UnsupportedVersion(_))));
+    }
+
+    #[test]
+    fn invalid_headers() {
+        for line in [
+            &br#"{"type":"turn/start","seq":0}"#[..],
+            br#"not json"#,
+            br#"[1]"#,
+            br#"{"type":"session","version":0,"id":"a","createdAt":-1,"delegationDepth":0}"#,
+            br#"{"type":"session","version":0,"id":"a","createdAt":1,"delegationDepth":0.5}"#,
+            br#"{"type":"session","version":0,"id":"a","createdAt":1,"delegationDepth":0,"origin":"x"}"#,
+            br#"{"type":"session","version":0,"id":"a","createdAt":1,"delegationDepth":0,"sandboxMode":"x"}"#,
+            br#"{"type":"session","version":0,"id":"a","createdAt":1,"delegationDepth":0,"cwd":""}"#,
+        ] {
+            assert!(
+                matches!(parse_header(line), Err(HeaderError::Invalid(_))),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The frame index of one zstd transcript: for each complete data frame,
+//! where it is in the compressed file and in the decompressed view.
+//!
+//! Source: MOUNT.md, "Reading": any offset is read at the cost of the
+//! frames it touches; the index is built from frame headers and extended,
+//! not rebuilt, when the file grows.
+
+use std::ops::Range;
+
+use super::frame::{decode_frame, walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step};
+
+/// One complete data frame in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexedFrame {
+    /// The frame as the walker delimited it (compressed offset and length).
+    pub info: FrameInfo,
+    /// Offset of the frame's first decompressed byte in the view.
+    pub plain_offset: u64,
+    /// Decompressed length in bytes.
+    pub plain_len: u64,
+}
+
+/// Frame index of one transcript. Skippable frames are walked over and not
+/// indexed; a torn last frame is not indexed until it is complete.
+#[derive(Debug, Default, Clone)]
+pub struct FrameIndex {
+    frames: Vec<IndexedFrame>,
+    /// Compressed offset where the next walk starts (end of the last
+    /// complete frame, skippable frames included).
+    walked_to: u64,
+    /// Whether the last walk stopped at a torn frame.
+    torn: bool,
+}
+
+impl FrameIndex {
+    /// An empty index, to be filled by [`FrameIndex::extend`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The indexed frames, in file order.
+    pub fn frames(&self) -> &[IndexedFrame] {
+        &self.frames
+    }
+
+    /// Byte length of the decompressed view (complete frames only).
+    pub fn plain_len(&self) -> u64 {
+        self.frames.last().map_or(0, |f| f.plain_offset + f.plain_len)
+    }
+
+    /// Compressed offset up to which the file has been walked.
+    pub fn walked_to(&self) -> u64 {
+        self.walked_to
+    }
+
+    /// Whether the file ended inside a frame at the last walk.
+    pub fn is_torn(&self) -> bool {
+        self.torn
+    }
+
+    /// Walks the frames from where the last walk stopped to `file_len`,
+    /// adding each complete data frame. A frame without a content-size
+    /// field is decoded once to learn its length (`frames_decoded` is
+    /// incremented for it).
+    ///
+    /// Errors: [`FrameError`] for structural corruption (the frames indexed
+    /// before it stay) or a failing read.
+    pub fn extend<R: ReadAt + ?Sized>(
+        &mut self,
+        src: &R,
+        file_len: u64,
+        frames_decoded: &mut u64,
+    ) -> Result<(), FrameError> {
+        self.torn = false;
+        loop {
+            match walk_frame(src, self.walked_to, file_len)? {
+                Step::End => return Ok(()),
+                Step::Torn => {
+                    self.torn = true;
+                    return Ok(());
+                }
+                Step::Frame(info) => {
+                    if let FrameKind::Data { content_size, .. } = info.kind {
+                        let plain_len = match content_size {
+                            Some(size) => size,
+                            None => {
+                                *frames_decoded += 1;
+                                decode_frame(&read_frame(src, &info)?, &info)?.len() as u64
+                            }
+                        };
+                        let plain_offset = self.plain_len();
+                        self.frames.push(IndexedFrame {
+                            info,
+                            plain_offset,
+                            plain_len,
+                        });
+                    }
+                    self.walked_to = info.offset + info.len;
+                }
+            }
+        }
+    }
+
+    /// Indices of the frames that hold bytes `[offset, offset + len)` of the
+    /// view (clipped to the view), found by binary search. Empty frames
+    /// inside the range are included; they cost nothing to read.
+    pub fn frames_for(&self, offset: u64, len: u64) -> Range<usize> {
+        let end = offset.saturating_add(len).min(self.plain_len());
+        if offset >= end {
+            return 0..0;
+        }
+        let first = self
+            .frames
+            .partition_point(|f| f.plain_offset + f.plain_len <= offset);
+        let last = self.frames.partition_point(|f| f.plain_offset < end);
+        first..last
+    }
+}
+
+/// Reads the compressed bytes of one frame.
+///
+/// Errors: [`FrameError::Io`]; a short read is reported as
+/// [`FrameError::Corrupt`] (the file shrank under us).
+pub fn read_frame<R: ReadAt + ?Sized>(src: &R, info: &FrameInfo) -> Result<Vec<u8>, FrameError> {
+    let mut buf = vec![0u8; info.len as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        let n = src
+            .read_at(&mut buf[got..], info.offset + got as u64)
+            .map_err(FrameError::Io)?;
+        if n == 0 {
+            return Err(FrameError::Corrupt {
+                offset: info.offset,
+                reason: "file ended inside a frame that was complete before".into(),
+            });
+        }
+        got += n;
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::frame::encode_frame;
+
+    fn file_of(batches: &[&[u8]]) -> Vec<u8> {
+        batches
+            .iter()
+            .flat_map(|b| encode_frame(b).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn index_extends_as_the_file_grows() {
+        let full = file_of(&[b"h\n", b"a\nb\n", b"", b"ccc\n"]);
+        let first_two = encode_frame(b"h\n").unwrap().len() + encode_frame(b"a\nb\n").unwrap().len();
+        let mut idx = FrameIndex::new();
+        let mut decoded = 0;
+        idx.extend(&full[..first_two + 5], (first_two + 5) as u64, &mut decoded)
+            .unwrap();
+        assert_eq!(idx.frames().len(), 2);
+        assert!(idx.is_torn());
+        assert_eq!(idx.plain_len(), 6);
+        idx.extend(&full[..], full.len() as u64, &mut decoded).unwrap();
+        assert_eq!(idx.frames().len(), 4);
+        assert!(!idx.is_torn());
+        assert_eq!(idx.plain_len(), 10);
+        assert_eq!(decoded, 0);
+        assert_eq!(idx.frames_for(0, 1), 0..1);
+        assert_eq!(idx.frames_for(2, 4), 1..2);
+        assert_eq!(idx.frames_for(5, 2), 1..4);
+        assert_eq!(idx.frames_for(10, 5), 0..0);
+    }
+}

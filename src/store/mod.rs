@@ -1,0 +1,431 @@
+//! The session store: layout, naming, header, frames, frame index and
+//! discovery. Nothing here knows about FUSE.
+//!
+//! Source: `../shared/spec/FORMAT.md` (the on-disk format) and
+//! `../shared/spec/MOUNT.md` (what the mount shows of it).
+
+pub mod cache;
+pub mod error;
+pub mod frame;
+pub mod header;
+pub mod index;
+pub mod naming;
+pub mod transcript;
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+pub use cache::{FrameCache, DEFAULT_CACHE_BYTES};
+pub use error::{Result, StoreError};
+pub use header::Header;
+pub use transcript::{Encoding, Transcript, TranscriptAttr};
+
+/// Name of the decompressed view of a transcript inside a session directory.
+pub const VIEW_NAME: &str = "session.jsonl";
+
+/// How many validated transcripts stay open at once (each holds one file
+/// descriptor and its frame index); older ones are reopened on demand.
+const OPEN_TRANSCRIPTS: usize = 1024;
+
+/// Options of [`Store::open`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The root's encoding; `None` detects it (zstd unless every transcript
+    /// is raw; zstd for an empty root).
+    pub compression: Option<Encoding>,
+    /// Cap of the decoded-frame cache, in bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            compression: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+/// What an entry of the store is, as discovery classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A directory (project, session, or a session-owned directory).
+    Dir,
+    /// A regular file passed through (session-owned artifact).
+    File,
+    /// A symbolic link passed through.
+    Symlink,
+    /// The decompressed view `session.jsonl` of a transcript.
+    Transcript,
+    /// A flat artifact `<project>/<name>.jsonl[.zstd]` (refused at lookup).
+    FlatArtifact,
+}
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The name shown in the mount.
+    pub name: OsString,
+    /// Its kind.
+    pub kind: EntryKind,
+}
+
+/// A session store rooted at one directory.
+pub struct Store {
+    root: PathBuf,
+    encoding: Encoding,
+    cache: Arc<FrameCache>,
+    transcripts: Mutex<LruCache<PathBuf, Arc<Transcript>>>,
+}
+
+/// Whether `name` is a flat artifact's name (FORMAT.md, Layout).
+pub fn is_flat_artifact_name(name: &OsStr) -> bool {
+    let b = name.as_encoded_bytes();
+    b.ends_with(b".jsonl") || b.ends_with(b".jsonl.zstd")
+}
+
+/// Whether `name` is a publication temporary (`session.jsonl.zstd.<hex>.tmp`
+/// or `session.jsonl.<hex>.tmp`): never shown (MOUNT.md, Details).
+pub fn is_publication_temp(name: &OsStr) -> bool {
+    let b = name.as_encoded_bytes();
+    let Some(rest) = b
+        .strip_prefix(b"session.jsonl.zstd.")
+        .or_else(|| b.strip_prefix(b"session.jsonl."))
+    else {
+        return false;
+    };
+    match rest.strip_suffix(b".tmp") {
+        Some(hex) => !hex.is_empty() && hex.iter().all(u8::is_ascii_hexdigit),
+        None => false,
+    }
+}
+
+/// Whether `name` is a transcript under another name than the two this
+/// format knows (`session.v3.jsonl.zstd`, say): an unsupported format
+/// version (FORMAT.md, Decisions).
+pub fn is_foreign_transcript_name(name: &OsStr) -> bool {
+    let b = name.as_encoded_bytes();
+    b.starts_with(b"session.")
+        && (b.ends_with(b".jsonl") || b.ends_with(b".jsonl.zstd"))
+        && b != b"session.jsonl"
+        && b != b"session.jsonl.zstd"
+}
+
+fn kind_of(path: &Path, file_type: fs::FileType) -> Option<EntryKind> {
+    if file_type.is_dir() {
+        Some(EntryKind::Dir)
+    } else if file_type.is_file() {
+        Some(EntryKind::File)
+    } else if file_type.is_symlink() {
+        Some(EntryKind::Symlink)
+    } else {
+        let _ = path;
+        None
+    }
+}
+
+/// Lists a directory as (name, kind) pairs; entries that vanish while
+/// listing are skipped.
+fn read_dir_kinds(dir: &Path) -> Result<Vec<(OsString, EntryKind)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| StoreError::io("read directory", dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io("read directory", dir, e))?;
+        let Ok(file_type) = entry.file_type() else {
+            continue;
+        };
+        if let Some(kind) = kind_of(&entry.path(), file_type) {
+            out.push((entry.file_name(), kind));
+        }
+    }
+    Ok(out)
+}
+
+fn is_dir(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+fn exists(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
+
+impl Store {
+    /// Opens the store at `root` (already resolved: see the identity root).
+    ///
+    /// Errors: [`StoreError::NotFound`] or [`StoreError::Io`] when `root` is
+    /// not a readable directory.
+    pub fn open(root: &Path, options: StoreOptions) -> Result<Store> {
+        let meta = fs::metadata(root).map_err(|e| StoreError::io("open root", root, e))?;
+        if !meta.is_dir() {
+            return Err(StoreError::io(
+                "open root",
+                root,
+                std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            ));
+        }
+        let encoding = match options.compression {
+            Some(e) => e,
+            None => detect_encoding(root)?,
+        };
+        Ok(Store {
+            root: root.to_path_buf(),
+            encoding,
+            cache: Arc::new(FrameCache::new(options.cache_bytes)),
+            transcripts: Mutex::new(LruCache::new(
+                NonZeroUsize::new(OPEN_TRANSCRIPTS).unwrap_or(NonZeroUsize::MIN),
+            )),
+        })
+    }
+
+    /// The root directory (real path).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The root's encoding.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// The shared decoded-frame cache.
+    pub fn frame_cache(&self) -> &FrameCache {
+        &self.cache
+    }
+
+    /// The backing path of a path relative to the root.
+    pub fn backing_path(&self, rel: &Path) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// The project directories: every directory directly under the root
+    /// (files at the root are not part of the store).
+    ///
+    /// Errors: [`StoreError::Io`] when the root cannot be listed.
+    pub fn list_projects(&self) -> Result<Vec<OsString>> {
+        let mut names = Vec::new();
+        for (name, kind) in read_dir_kinds(&self.root)? {
+            let dir = match kind {
+                EntryKind::Dir => true,
+                EntryKind::Symlink => is_dir(&self.root.join(&name)),
+                _ => false,
+            };
+            if dir {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    /// The entries of a project directory: session directories, and flat
+    /// artifacts (listed so that people see them; refused at lookup).
+    ///
+    /// Errors: [`StoreError::NotFound`], [`StoreError::Io`].
+    pub fn list_project(&self, project: &OsStr) -> Result<Vec<Entry>> {
+        let dir = self.root.join(project);
+        let mut out = Vec::new();
+        for (name, kind) in read_dir_kinds(&dir)? {
+            let kind = match kind {
+                EntryKind::Dir => EntryKind::Dir,
+                EntryKind::Symlink if is_dir(&dir.join(&name)) => EntryKind::Dir,
+                EntryKind::File if is_flat_artifact_name(&name) => EntryKind::FlatArtifact,
+                _ => continue,
+            };
+            out.push(Entry { name, kind });
+        }
+        Ok(out)
+    }
+
+    /// Classifies `name` in a project directory for lookup.
+    ///
+    /// Errors: [`StoreError::FlatArtifact`] for a flat artifact;
+    /// [`StoreError::NotFound`] for anything that is not a session directory.
+    pub fn lookup_in_project(&self, project: &OsStr, name: &OsStr) -> Result<EntryKind> {
+        let path = self.root.join(project).join(name);
+        let meta = fs::metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?;
+        if meta.is_dir() {
+            Ok(EntryKind::Dir)
+        } else if meta.is_file() && is_flat_artifact_name(name) {
+            Err(StoreError::FlatArtifact { path })
+        } else {
+            Err(StoreError::NotFound { path })
+        }
+    }
+
+    /// The entries of a directory inside a session (`rel` relative to the
+    /// root, at least `project/session`). At the session level the
+    /// transcript is shown as `session.jsonl` (its view); the compressed
+    /// file and publication temporaries are hidden.
+    ///
+    /// Errors: [`StoreError::NotFound`], [`StoreError::Io`].
+    pub fn list_session_dir(&self, rel: &Path, session_level: bool) -> Result<Vec<Entry>> {
+        let dir = self.root.join(rel);
+        let mut out: Vec<Entry> = Vec::new();
+        let mut has_view = false;
+        for (name, kind) in read_dir_kinds(&dir)? {
+            if session_level {
+                if is_publication_temp(&name) {
+                    continue;
+                }
+                if name == "session.jsonl.zstd" || name == "session.jsonl" {
+                    if !has_view {
+                        has_view = true;
+                        out.push(Entry {
+                            name: OsString::from(VIEW_NAME),
+                            kind: EntryKind::Transcript,
+                        });
+                    }
+                    continue;
+                }
+            }
+            out.push(Entry { name, kind });
+        }
+        Ok(out)
+    }
+
+    /// The validated transcript of `project/session`, following the checks
+    /// of MOUNT.md ("The tree"): encoding, foreign transcript names,
+    /// duplicates across project directories, header and structure,
+    /// placement. A transcript already open is refreshed (growth followed).
+    ///
+    /// Errors: [`StoreError::EncodingMismatch`],
+    /// [`StoreError::UnsupportedVersion`], [`StoreError::DuplicateId`],
+    /// [`StoreError::Misplaced`], and the errors of [`Transcript::open`];
+    /// [`StoreError::NotFound`] when the session has no transcript.
+    pub fn transcript(&self, project: &OsStr, session: &OsStr) -> Result<Arc<Transcript>> {
+        let dir = self.root.join(project).join(session);
+        let opposite = dir.join(self.encoding.opposite().file_name());
+        if exists(&opposite) {
+            return Err(StoreError::EncodingMismatch {
+                path: opposite,
+                root_is_zstd: self.encoding == Encoding::Zstd,
+            });
+        }
+        let path = dir.join(self.encoding.file_name());
+        if !exists(&path) {
+            return Err(self.missing_transcript(&dir));
+        }
+        self.check_duplicates(project, session)?;
+        let transcript = self.open_transcript(&path)?;
+        self.check_placement(&transcript, project, session)?;
+        Ok(transcript)
+    }
+
+    /// Why a session directory has no usable transcript: a transcript under
+    /// a foreign name is an unsupported version, otherwise not found.
+    fn missing_transcript(&self, dir: &Path) -> StoreError {
+        if let Ok(entries) = fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if is_foreign_transcript_name(&name) && !is_publication_temp(&name) {
+                    return StoreError::UnsupportedVersion {
+                        path: entry.path(),
+                        detail: "a transcript under a name this format version does not use".into(),
+                    };
+                }
+            }
+        }
+        StoreError::NotFound {
+            path: dir.join(self.encoding.file_name()),
+        }
+    }
+
+    fn open_transcript(&self, path: &Path) -> Result<Arc<Transcript>> {
+        let cached = self.transcripts.lock().get(path).cloned();
+        if let Some(t) = cached {
+            t.refresh()?;
+            return Ok(t);
+        }
+        let t = Arc::new(Transcript::open(path, self.encoding, Arc::clone(&self.cache))?);
+        self.transcripts.lock().put(path.to_path_buf(), Arc::clone(&t));
+        Ok(t)
+    }
+
+    /// The same session directory name with a transcript in another
+    /// project directory is a duplicate id (FORMAT.md, Identity rules).
+    fn check_duplicates(&self, project: &OsStr, session: &OsStr) -> Result<()> {
+        let mut paths = Vec::new();
+        for other in self.list_projects()? {
+            if other == project {
+                continue;
+            }
+            let dir = self.root.join(&other).join(session);
+            if exists(&dir.join(Encoding::Zstd.file_name())) || exists(&dir.join(Encoding::Raw.file_name())) {
+                paths.push(dir);
+            }
+        }
+        if paths.is_empty() {
+            return Ok(());
+        }
+        paths.insert(0, self.root.join(project).join(session));
+        Err(StoreError::DuplicateId {
+            id_dir: session.to_string_lossy().into_owned(),
+            paths,
+        })
+    }
+
+    /// The header's id and cwd must derive the path the transcript was
+    /// found at (FORMAT.md, Identity rules).
+    fn check_placement(&self, t: &Transcript, project: &OsStr, session: &OsStr) -> Result<()> {
+        let header = t.header();
+        let (Ok(project_name), Ok(session_name)) = (
+            naming::project_dir_name(header.cwd.as_deref()),
+            naming::encode_id(&header.id),
+        ) else {
+            return Err(StoreError::header_less(t.path(), "header id or cwd cannot name a storage path"));
+        };
+        if project_name.as_str() != project || session_name.as_str() != session {
+            return Err(StoreError::Misplaced {
+                path: t.path().to_path_buf(),
+                expected: self
+                    .root
+                    .join(project_name)
+                    .join(session_name)
+                    .join(self.encoding.file_name()),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Detects a root's encoding: raw only when it holds raw transcripts and
+/// no zstd one; a root holding both is reported (zstd is used).
+fn detect_encoding(root: &Path) -> Result<Encoding> {
+    let (mut zstd, mut raw) = (None::<PathBuf>, None::<PathBuf>);
+    for (project, kind) in read_dir_kinds(root)? {
+        if kind == EntryKind::File {
+            continue;
+        }
+        let Ok(sessions) = fs::read_dir(root.join(&project)) else {
+            continue;
+        };
+        for session in sessions.flatten() {
+            let dir = session.path();
+            if zstd.is_none() && exists(&dir.join(Encoding::Zstd.file_name())) {
+                zstd = Some(dir.clone());
+            }
+            if raw.is_none() && exists(&dir.join(Encoding::Raw.file_name())) {
+                raw = Some(dir.clone());
+            }
+            if let (Some(z), Some(r)) = (&zstd, &raw) {
+                log::warn!(
+                    "root {} holds both zstd ({}) and raw ({}) transcripts; serving it as zstd, \
+                     raw transcripts fail with EIO; use --compression to choose",
+                    root.display(),
+                    z.display(),
+                    r.display()
+                );
+                return Ok(Encoding::Zstd);
+            }
+        }
+    }
+    Ok(if raw.is_some() && zstd.is_none() {
+        Encoding::Raw
+    } else {
+        Encoding::Zstd
+    })
+}

@@ -1,0 +1,399 @@
+//! One transcript file and its decompressed view: header validation at
+//! open, growth followed by extending the frame index, and reads that
+//! decode only the frames they touch.
+//!
+//! Source: FORMAT.md ("Transcript encoding", "Reading and recovery") and
+//! MOUNT.md ("Attributes", "Reading").
+
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::cache::FrameCache;
+use super::error::{Result, StoreError};
+use super::frame::{decode_frame, FrameError};
+use super::header::{parse_header, Header, HeaderError};
+use super::index::{read_frame, FrameIndex, IndexedFrame};
+
+/// How a root stores its transcripts (FORMAT.md, Layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `session.jsonl.zstd`, independent zstd frames.
+    Zstd,
+    /// `session.jsonl`, plain lines (compression off).
+    Raw,
+}
+
+impl Encoding {
+    /// The transcript's file name in a session directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Encoding::Zstd => "session.jsonl.zstd",
+            Encoding::Raw => "session.jsonl",
+        }
+    }
+
+    /// The other encoding.
+    pub fn opposite(self) -> Encoding {
+        match self {
+            Encoding::Zstd => Encoding::Raw,
+            Encoding::Raw => Encoding::Zstd,
+        }
+    }
+}
+
+/// Device and inode of a backing file: when they change, the file was
+/// replaced and its view is rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdent {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileIdent {
+    fn of(meta: &Metadata) -> Self {
+        FileIdent {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// What the mount reports about a transcript.
+#[derive(Debug, Clone)]
+pub struct TranscriptAttr {
+    /// Byte length of the decompressed committed transcript.
+    pub plain_len: u64,
+    /// The backing file's metadata (times, mode, owner, blocks).
+    pub meta: Metadata,
+}
+
+/// Source of unique generations, so that decoded frames of a rebuilt
+/// transcript never alias the old ones in the shared cache.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+enum View {
+    Zstd(FrameIndex),
+    /// Raw mode: the view ends after the last complete line.
+    Raw { plain_len: u64 },
+}
+
+struct State {
+    generation: u64,
+    file: Arc<File>,
+    ident: FileIdent,
+    meta: Metadata,
+    view: View,
+    header: Header,
+}
+
+impl State {
+    fn plain_len(&self) -> u64 {
+        match &self.view {
+            View::Zstd(index) => index.plain_len(),
+            View::Raw { plain_len } => *plain_len,
+        }
+    }
+}
+
+/// A validated transcript. Cheap to share (`Arc`); every method takes
+/// `&self`.
+pub struct Transcript {
+    path: PathBuf,
+    encoding: Encoding,
+    cache: Arc<FrameCache>,
+    state: RwLock<State>,
+    frames_decoded: AtomicU64,
+}
+
+impl Transcript {
+    /// Opens and validates the transcript at `path`: the whole frame
+    /// structure is walked (a torn last frame is left out of the view) and
+    /// the header frame decoded and checked.
+    ///
+    /// Errors: [`StoreError::NotFound`]; [`StoreError::HeaderLess`] for an
+    /// empty file, a file torn inside its header frame, or a first frame
+    /// that is not exactly one valid header line;
+    /// [`StoreError::UnsupportedVersion`] for a header version other than 0;
+    /// [`StoreError::Corrupt`] for structural corruption or a header frame
+    /// failing its checksum; [`StoreError::Io`].
+    pub fn open(path: &Path, encoding: Encoding, cache: Arc<FrameCache>) -> Result<Transcript> {
+        let frames_decoded = AtomicU64::new(0);
+        let state = build_state(path, encoding, &frames_decoded)?;
+        Ok(Transcript {
+            path: path.to_path_buf(),
+            encoding,
+            cache,
+            state: RwLock::new(state),
+            frames_decoded,
+        })
+    }
+
+    /// The backing file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> Header {
+        self.state.read().header.clone()
+    }
+
+    /// How many frames this transcript has decoded so far (a counter for
+    /// tests and benchmarks: cache hits do not count).
+    pub fn frames_decoded(&self) -> u64 {
+        self.frames_decoded.load(Ordering::Relaxed)
+    }
+
+    /// Number of complete data frames in the view (raw mode: 0).
+    pub fn frame_count(&self) -> usize {
+        match &self.state.read().view {
+            View::Zstd(index) => index.frames().len(),
+            View::Raw { .. } => 0,
+        }
+    }
+
+    /// Re-stats the backing file and follows it: growth extends the view
+    /// from where it ended; a replaced file (other device or inode) or a
+    /// shorter one is opened and validated again.
+    ///
+    /// Errors: as [`Transcript::open`] when the file must be re-read.
+    pub fn refresh(&self) -> Result<TranscriptAttr> {
+        let meta = std::fs::metadata(&self.path).map_err(|e| StoreError::io("stat", &self.path, e))?;
+        {
+            let st = self.state.read();
+            if FileIdent::of(&meta) == st.ident && meta.len() == st.meta.len() {
+                return Ok(TranscriptAttr {
+                    plain_len: st.plain_len(),
+                    meta,
+                });
+            }
+        }
+        let mut st = self.state.write();
+        if FileIdent::of(&meta) != st.ident || meta.len() < st.meta.len() {
+            *st = build_state(&self.path, self.encoding, &self.frames_decoded)?;
+        } else if meta.len() > st.meta.len() {
+            let file = Arc::clone(&st.file);
+            let new_meta = file
+                .metadata()
+                .map_err(|e| StoreError::io("stat", &self.path, e))?;
+            extend_view(&self.path, &file, &mut st.view, new_meta.len(), &self.frames_decoded)?;
+            st.meta = new_meta;
+        }
+        Ok(TranscriptAttr {
+            plain_len: st.plain_len(),
+            meta: st.meta.clone(),
+        })
+    }
+
+    /// The attributes as last seen, without touching the disk.
+    pub fn cached_attr(&self) -> TranscriptAttr {
+        let st = self.state.read();
+        TranscriptAttr {
+            plain_len: st.plain_len(),
+            meta: st.meta.clone(),
+        }
+    }
+
+    /// Reads up to `size` bytes of the view at `offset`. Reads past the
+    /// known end re-stat the file first, so a grown transcript is served
+    /// without waiting for the attribute timeout.
+    ///
+    /// Errors: [`StoreError::Corrupt`] when a touched frame fails its
+    /// checksum or decoding, or ends inside a line; [`StoreError::Io`].
+    pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
+        if offset.saturating_add(u64::from(size)) > self.state.read().plain_len() {
+            self.refresh()?;
+        }
+        let (file, generation, frames, raw_len) = {
+            let st = self.state.read();
+            match &st.view {
+                View::Zstd(index) => {
+                    let range = index.frames_for(offset, u64::from(size));
+                    let frames: Vec<(usize, IndexedFrame)> =
+                        range.clone().map(|i| (i, index.frames()[i])).collect();
+                    (Arc::clone(&st.file), st.generation, frames, None)
+                }
+                View::Raw { plain_len } => (Arc::clone(&st.file), st.generation, Vec::new(), Some(*plain_len)),
+            }
+        };
+        if let Some(plain_len) = raw_len {
+            return self.read_raw(&file, offset, size, plain_len);
+        }
+        let end = offset.saturating_add(u64::from(size));
+        let mut out = Vec::with_capacity(size as usize);
+        for (number, frame) in frames {
+            let plain = self.decoded_frame(&file, generation, number, &frame)?;
+            let from = offset.saturating_sub(frame.plain_offset) as usize;
+            let to = (end.min(frame.plain_offset + frame.plain_len) - frame.plain_offset) as usize;
+            out.extend_from_slice(&plain[from..to]);
+        }
+        Ok(out)
+    }
+
+    fn read_raw(&self, file: &File, offset: u64, size: u32, plain_len: u64) -> Result<Vec<u8>> {
+        let end = offset.saturating_add(u64::from(size)).min(plain_len);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; (end - offset) as usize];
+        file.read_exact_at(&mut buf, offset)
+            .map_err(|e| StoreError::io("read", &self.path, e))?;
+        Ok(buf)
+    }
+
+    /// One decoded frame, from the cache or decoded now (and cached).
+    fn decoded_frame(
+        &self,
+        file: &File,
+        generation: u64,
+        number: usize,
+        frame: &IndexedFrame,
+    ) -> Result<Arc<[u8]>> {
+        let key = (generation, number);
+        if let Some(plain) = self.cache.get(&key) {
+            return Ok(plain);
+        }
+        self.frames_decoded.fetch_add(1, Ordering::Relaxed);
+        let bytes = read_frame(file, &frame.info).map_err(|e| frame_error(&self.path, e))?;
+        let plain = decode_frame(&bytes, &frame.info).map_err(|e| frame_error(&self.path, e))?;
+        if plain.last().is_some_and(|&b| b != b'\n') {
+            return Err(StoreError::corrupt(
+                &self.path,
+                frame.info.offset,
+                "complete frame ends inside a line",
+            ));
+        }
+        let plain: Arc<[u8]> = Arc::from(plain);
+        self.cache.insert(key, Arc::clone(&plain));
+        Ok(plain)
+    }
+}
+
+fn frame_error(path: &Path, e: FrameError) -> StoreError {
+    match e {
+        FrameError::Io(source) => StoreError::io("read", path, source),
+        FrameError::Corrupt { offset, reason } => StoreError::corrupt(path, offset, reason),
+    }
+}
+
+fn build_state(path: &Path, encoding: Encoding, frames_decoded: &AtomicU64) -> Result<State> {
+    let file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    let meta = file.metadata().map_err(|e| StoreError::io("stat", path, e))?;
+    if meta.len() == 0 {
+        return Err(StoreError::header_less(path, "the file is empty"));
+    }
+    let (view, header_line) = match encoding {
+        Encoding::Zstd => {
+            let mut view = View::Zstd(FrameIndex::new());
+            extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;
+            let View::Zstd(index) = &view else {
+                unreachable!("built as a zstd view")
+            };
+            let Some(first) = index.frames().first() else {
+                let why = if index.is_torn() {
+                    "the file ends inside its header frame"
+                } else {
+                    "it holds no data frame"
+                };
+                return Err(StoreError::header_less(path, why));
+            };
+            let bytes = read_frame(&file, &first.info).map_err(|e| frame_error(path, e))?;
+            let plain = decode_frame(&bytes, &first.info).map_err(|e| frame_error(path, e))?;
+            let one_line = plain.last() == Some(&b'\n') && plain.iter().filter(|&&b| b == b'\n').count() == 1;
+            if !one_line {
+                return Err(StoreError::header_less(path, "first frame is not exactly one header line"));
+            }
+            (view, plain)
+        }
+        Encoding::Raw => {
+            let line = first_line(&file, meta.len()).map_err(|e| StoreError::io("read", path, e))?;
+            let Some(line) = line else {
+                return Err(StoreError::header_less(path, "the first line is incomplete"));
+            };
+            let mut view = View::Raw { plain_len: 0 };
+            extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;
+            (view, line)
+        }
+    };
+    let header = match parse_header(&header_line[..header_line.len() - 1]) {
+        Ok(h) => h,
+        Err(HeaderError::Invalid(why)) => return Err(StoreError::header_less(path, why)),
+        Err(HeaderError::UnsupportedVersion(detail)) => {
+            return Err(StoreError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                detail,
+            })
+        }
+    };
+    Ok(State {
+        generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+        file: Arc::new(file),
+        ident: FileIdent::of(&meta),
+        meta,
+        view,
+        header,
+    })
+}
+
+/// Extends a view to a file of `file_len` bytes.
+fn extend_view(
+    path: &Path,
+    file: &File,
+    view: &mut View,
+    file_len: u64,
+    frames_decoded: &AtomicU64,
+) -> Result<()> {
+    match view {
+        View::Zstd(index) => {
+            let mut decoded = 0;
+            let r = index.extend(file, file_len, &mut decoded);
+            frames_decoded.fetch_add(decoded, Ordering::Relaxed);
+            r.map_err(|e| frame_error(path, e))
+        }
+        View::Raw { plain_len } => {
+            *plain_len = last_line_end(file, *plain_len, file_len)
+                .map_err(|e| StoreError::io("read", path, e))?;
+            Ok(())
+        }
+    }
+}
+
+/// Longest first line read from a raw transcript, in bytes (a header line
+/// is a few hundred bytes; this bounds what a corrupt file can cost).
+const MAX_HEADER_LINE: u64 = 1 << 20;
+
+/// The first line of a raw file, `\n` included; `None` when the file has no
+/// complete first line within [`MAX_HEADER_LINE`] bytes.
+fn first_line(file: &File, file_len: u64) -> io::Result<Option<Vec<u8>>> {
+    let len = file_len.min(MAX_HEADER_LINE) as usize;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(buf.iter().position(|&b| b == b'\n').map(|i| {
+        buf.truncate(i + 1);
+        buf
+    }))
+}
+
+/// End of the last complete line in `[from, to)`, searching backwards; `from`
+/// when there is none (the view does not grow).
+fn last_line_end(file: &File, from: u64, to: u64) -> io::Result<u64> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut end = to;
+    let mut buf = vec![0u8; CHUNK as usize];
+    while end > from {
+        let start = end.saturating_sub(CHUNK).max(from);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.read_exact_at(chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(from)
+}
