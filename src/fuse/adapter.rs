@@ -1,0 +1,263 @@
+//! `fuser::Filesystem` over [`SessionFs`]: each kernel request calls one
+//! core method; errors are logged (damage at warn level, with the backing
+//! path and the fix) and replied as errno values.
+
+use std::ffi::OsStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, Request,
+};
+
+use super::fs::{Attr, FsError, Kind, SessionFs};
+
+/// The adapter handed to fuser.
+pub struct Adapter {
+    core: SessionFs,
+    /// Attribute and entry timeout (MOUNT.md: default 1 s).
+    ttl: Duration,
+}
+
+impl Adapter {
+    /// An adapter serving `core` with the given attribute timeout.
+    pub fn new(core: SessionFs, ttl: Duration) -> Self {
+        Adapter { core, ttl }
+    }
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.ctime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+/// Logs an error of operation `op` and returns its errno. Damage (a
+/// corrupt, misplaced, flat or duplicate entry) is a warning naming the
+/// backing file and the fix; a missing entry is only debug output.
+fn errno_of(op: &str, what: &dyn std::fmt::Display, e: FsError) -> Errno {
+    match &e {
+        FsError::Store(s) if s.is_damage() => log::warn!("{op} {what}: {s}"),
+        FsError::Store(s) => log::debug!("{op} {what}: {s}"),
+        FsError::Errno(n) => log::debug!("{op} {what}: errno {n}"),
+    }
+    Errno::from_i32(e.errno())
+}
+
+/// Runs a handler body, turning a panic into EIO instead of a dead event
+/// loop (a panicking handler would otherwise wedge the mount: FUSE-NOTES §3).
+fn guarded<T>(op: &str, body: impl FnOnce() -> Result<T, Errno>) -> Result<T, Errno> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(_) => {
+            log::error!("{op}: internal error (panic); replied EIO");
+            Err(Errno::EIO)
+        }
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Cached pages are dropped when the size or mtime changes; a
+        // committed prefix never changes, so pages stay valid otherwise.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = guarded("lookup", || {
+            self.core
+                .lookup(parent.0, name)
+                .map_err(|e| errno_of("lookup", &name.to_string_lossy(), e))
+        });
+        match r {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = guarded("getattr", || {
+            self.core
+                .getattr(ino.0)
+                .map_err(|e| errno_of("getattr", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = guarded("readlink", || {
+            self.core
+                .readlink(ino.0)
+                .map_err(|e| errno_of("readlink", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            reply.error(Errno::EROFS);
+            return;
+        }
+        let r = guarded("open", || {
+            self.core
+                .open(ino.0)
+                .map_err(|e| errno_of("open", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            // Page-cache mode (no direct_io), so mmap works; cached pages
+            // survive reopening because committed bytes never change.
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = guarded("read", || {
+            self.core
+                .read(fh.0, offset, size)
+                .map_err(|e| errno_of("read", &format!("inode {} at {offset}", ino.0), e))
+        });
+        match r {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.core.release(fh.0);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = guarded("opendir", || {
+            self.core
+                .opendir(ino.0)
+                .map_err(|e| errno_of("opendir", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.core.readdir(fh.0, offset) {
+            Ok((entries, from)) => {
+                for (i, e) in entries.iter().enumerate().skip(from) {
+                    if reply.add(INodeNo(e.ino), (i + 1) as u64, file_type(e.kind), &e.name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.core.release(fh.0);
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Read-only handles have nothing to commit.
+        reply.ok();
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // ENOSYS tells the kernel not to ask again: no extended attributes.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.core.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(Errno::from_i32(e.errno())),
+        }
+    }
+}

@@ -2,10 +2,13 @@
 //! a mount (MOUNT.md, Reading: memory stays bounded whatever the
 //! transcript sizes).
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use lru::LruCache;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 /// Default cap of the decoded-frame cache: 16 MiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
@@ -18,12 +21,26 @@ pub type FrameKey = (u64, usize);
 /// size exceeds the cap (bytes).
 pub struct FrameCache {
     inner: Mutex<Inner>,
+    /// Signalled whenever a frame being decoded is done (or failed).
+    decoded: Condvar,
     cap_bytes: u64,
+    /// Read-ahead worker, started on first use: decodes the frames after a
+    /// sequential reader on the other core.
+    prefetch: OnceLock<Option<SyncSender<PrefetchTask>>>,
 }
 
+/// A read-ahead task: decodes some frames into the cache.
+pub type PrefetchTask = Box<dyn FnOnce() + Send>;
+
+/// Read-ahead tasks waiting at most; more are dropped (read-ahead is a hint).
+const PREFETCH_QUEUE: usize = 4;
+
 struct Inner {
-    lru: LruCache<FrameKey, Arc<[u8]>>,
+    lru: LruCache<FrameKey, Arc<Vec<u8>>>,
     bytes: u64,
+    /// Frames some thread is decoding now: others wait instead of decoding
+    /// them a second time.
+    in_flight: HashSet<FrameKey>,
 }
 
 impl FrameCache {
@@ -34,13 +51,83 @@ impl FrameCache {
             inner: Mutex::new(Inner {
                 lru: LruCache::unbounded(),
                 bytes: 0,
+                in_flight: HashSet::new(),
             }),
+            decoded: Condvar::new(),
             cap_bytes,
+            prefetch: OnceLock::new(),
+        }
+    }
+
+    /// The cached frame, or the result of `decode` (cached on success). If
+    /// another thread is decoding the same frame, waits for it rather than
+    /// decoding it twice.
+    ///
+    /// Errors: `decode`'s error.
+    pub fn get_or_decode<E>(
+        &self,
+        key: FrameKey,
+        decode: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<Arc<Vec<u8>>, E> {
+        {
+            let mut inner = self.inner.lock();
+            loop {
+                if let Some(frame) = inner.lru.get(&key) {
+                    return Ok(Arc::clone(frame));
+                }
+                if inner.in_flight.insert(key) {
+                    break;
+                }
+                // Bounded wait: a decoder that failed also notifies, and a
+                // frame too large to cache is then decoded here.
+                let timed_out = self
+                    .decoded
+                    .wait_for(&mut inner, Duration::from_millis(200))
+                    .timed_out();
+                if timed_out || !inner.in_flight.contains(&key) {
+                    if let Some(frame) = inner.lru.get(&key) {
+                        return Ok(Arc::clone(frame));
+                    }
+                    if inner.in_flight.insert(key) {
+                        break;
+                    }
+                }
+            }
+        }
+        let result = decode().map(Arc::new);
+        let mut inner = self.inner.lock();
+        inner.in_flight.remove(&key);
+        if let Ok(frame) = &result {
+            Self::insert_locked(&mut inner, self.cap_bytes, key, Arc::clone(frame));
+        }
+        drop(inner);
+        self.decoded.notify_all();
+        result
+    }
+
+    /// Runs `task` on the read-ahead worker thread, unless the queue is
+    /// full (read-ahead is only a hint) or no thread could be started.
+    pub fn prefetch(&self, task: PrefetchTask) {
+        let sender = self.prefetch.get_or_init(|| {
+            let (tx, rx) = sync_channel::<PrefetchTask>(PREFETCH_QUEUE);
+            let started = std::thread::Builder::new()
+                .name("sessionfs-readahead".into())
+                .spawn(move || {
+                    for task in rx {
+                        task();
+                    }
+                });
+            started.ok().map(|_| tx)
+        });
+        if let Some(tx) = sender {
+            match tx.try_send(task) {
+                Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+            }
         }
     }
 
     /// The cached frame, marked most recently used.
-    pub fn get(&self, key: &FrameKey) -> Option<Arc<[u8]>> {
+    pub fn get(&self, key: &FrameKey) -> Option<Arc<Vec<u8>>> {
         self.inner.lock().lru.get(key).cloned()
     }
 
@@ -50,17 +137,21 @@ impl FrameCache {
     }
 
     /// Inserts a decoded frame, evicting old ones to stay under the cap.
-    pub fn insert(&self, key: FrameKey, frame: Arc<[u8]>) {
+    pub fn insert(&self, key: FrameKey, frame: Arc<Vec<u8>>) {
+        let mut inner = self.inner.lock();
+        Self::insert_locked(&mut inner, self.cap_bytes, key, frame);
+    }
+
+    fn insert_locked(inner: &mut Inner, cap_bytes: u64, key: FrameKey, frame: Arc<Vec<u8>>) {
         let size = frame.len() as u64;
-        if size > self.cap_bytes {
+        if size > cap_bytes {
             return;
         }
-        let mut inner = self.inner.lock();
         if let Some(old) = inner.lru.put(key, frame) {
             inner.bytes -= old.len() as u64;
         }
         inner.bytes += size;
-        while inner.bytes > self.cap_bytes {
+        while inner.bytes > cap_bytes {
             match inner.lru.pop_lru() {
                 Some((_, evicted)) => inner.bytes -= evicted.len() as u64,
                 None => break,
@@ -80,7 +171,6 @@ impl Default for FrameCache {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,12 +179,12 @@ mod tests {
     fn stays_under_its_cap() {
         let cache = FrameCache::new(100);
         for i in 0..10 {
-            cache.insert((1, i), Arc::from(vec![0u8; 30]));
+            cache.insert((1, i), Arc::new(vec![0u8; 30]));
             assert!(cache.bytes() <= 100);
         }
         assert!(cache.get(&(1, 9)).is_some());
         assert!(cache.get(&(1, 0)).is_none());
-        cache.insert((1, 99), Arc::from(vec![0u8; 101]));
+        cache.insert((1, 99), Arc::new(vec![0u8; 101]));
         assert!(cache.get(&(1, 99)).is_none());
     }
 }

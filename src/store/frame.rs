@@ -31,7 +31,9 @@ impl ReadAt for File {
 
 impl ReadAt for [u8] {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.len());
         let n = buf.len().min(self.len() - start);
         buf[..n].copy_from_slice(&self[start..start + n]);
         Ok(n)
@@ -263,7 +265,9 @@ pub fn walk_frame<R: ReadAt + ?Sized>(
         if claim > max_plain_len {
             return Err(corrupt(
                 offset,
-                format!("frame header claims {claim} bytes but its blocks hold at most {max_plain_len}"),
+                format!(
+                    "frame header claims {claim} bytes but its blocks hold at most {max_plain_len}"
+                ),
             ));
         }
     }
@@ -307,7 +311,8 @@ pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameErro
         reason,
     };
     let plain = match content_size {
-        Some(size) => decode_sized(bytes, size).map_err(|e| corrupt(format!("frame failed validation: {e}")))?,
+        Some(size) => decode_sized(bytes, size)
+            .map_err(|e| corrupt(format!("frame failed validation: {e}")))?,
         None => {
             let mut out = Vec::new();
             let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
@@ -321,7 +326,9 @@ pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameErro
         }
     };
     if plain.len() as u64 > max_plain_len {
-        return Err(corrupt("frame decodes to more than its blocks can hold".into()));
+        return Err(corrupt(
+            "frame decodes to more than its blocks can hold".into(),
+        ));
     }
     if let Some(size) = content_size {
         if plain.len() as u64 != size {
@@ -399,7 +406,12 @@ mod tests {
     #[test]
     fn every_cut_is_torn_never_an_error() {
         let a = encode_frame(b"{\"a\":1}\n").unwrap();
-        let b = encode_frame(&(0..200_000u32).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>()).unwrap();
+        let b = encode_frame(
+            &(0..200_000u32)
+                .map(|i| (i * 7 % 251) as u8)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
         let mut file = a.clone();
         file.extend_from_slice(&b);
         for cut in a.len() + 1..file.len() {

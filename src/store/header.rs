@@ -50,7 +50,7 @@ fn safe_non_negative_integer(value: Option<&Value>) -> Option<u64> {
         return (n as f64 <= MAX_SAFE_INTEGER).then_some(n);
     }
     let f = value.as_f64()?;
-    let ok = f.fract() == 0.0 && f >= 0.0 && f <= MAX_SAFE_INTEGER && !f.is_sign_negative();
+    let ok = f.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&f) && !f.is_sign_negative();
     ok.then_some(f as u64)
 }
 

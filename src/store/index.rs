@@ -30,6 +30,11 @@ pub struct FrameIndex {
     walked_to: u64,
     /// Whether the last walk stopped at a torn frame.
     torn: bool,
+    /// Set when a frame without a content-size field failed to decode: its
+    /// length, and so every later offset, is unknown. The frame stays in
+    /// the index as one poison byte, so that reads reaching it fail with
+    /// the decoding error, and the walk never goes past it.
+    damaged: bool,
 }
 
 impl FrameIndex {
@@ -45,7 +50,9 @@ impl FrameIndex {
 
     /// Byte length of the decompressed view (complete frames only).
     pub fn plain_len(&self) -> u64 {
-        self.frames.last().map_or(0, |f| f.plain_offset + f.plain_len)
+        self.frames
+            .last()
+            .map_or(0, |f| f.plain_offset + f.plain_len)
     }
 
     /// Compressed offset up to which the file has been walked.
@@ -58,10 +65,16 @@ impl FrameIndex {
         self.torn
     }
 
+    /// Whether the index ends in a frame that could not be decoded.
+    pub fn is_damaged(&self) -> bool {
+        self.damaged
+    }
+
     /// Walks the frames from where the last walk stopped to `file_len`,
     /// adding each complete data frame. A frame without a content-size
     /// field is decoded once to learn its length (`frames_decoded` is
-    /// incremented for it).
+    /// incremented for it); if that decoding fails, the frame is indexed as
+    /// one poison byte and the walk stops there for good (see `damaged`).
     ///
     /// Errors: [`FrameError`] for structural corruption (the frames indexed
     /// before it stay) or a failing read.
@@ -71,6 +84,9 @@ impl FrameIndex {
         file_len: u64,
         frames_decoded: &mut u64,
     ) -> Result<(), FrameError> {
+        if self.damaged {
+            return Ok(());
+        }
         self.torn = false;
         loop {
             match walk_frame(src, self.walked_to, file_len)? {
@@ -85,7 +101,14 @@ impl FrameIndex {
                             Some(size) => size,
                             None => {
                                 *frames_decoded += 1;
-                                decode_frame(&read_frame(src, &info)?, &info)?.len() as u64
+                                match decode_frame(&read_frame(src, &info)?, &info) {
+                                    Ok(plain) => plain.len() as u64,
+                                    Err(FrameError::Corrupt { .. }) => {
+                                        self.damaged = true;
+                                        1
+                                    }
+                                    Err(e) => return Err(e),
+                                }
                             }
                         };
                         let plain_offset = self.plain_len();
@@ -96,6 +119,9 @@ impl FrameIndex {
                         });
                     }
                     self.walked_to = info.offset + info.len;
+                    if self.damaged {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -154,7 +180,8 @@ mod tests {
     #[test]
     fn index_extends_as_the_file_grows() {
         let full = file_of(&[b"h\n", b"a\nb\n", b"", b"ccc\n"]);
-        let first_two = encode_frame(b"h\n").unwrap().len() + encode_frame(b"a\nb\n").unwrap().len();
+        let first_two =
+            encode_frame(b"h\n").unwrap().len() + encode_frame(b"a\nb\n").unwrap().len();
         let mut idx = FrameIndex::new();
         let mut decoded = 0;
         idx.extend(&full[..first_two + 5], (first_two + 5) as u64, &mut decoded)
@@ -162,7 +189,8 @@ mod tests {
         assert_eq!(idx.frames().len(), 2);
         assert!(idx.is_torn());
         assert_eq!(idx.plain_len(), 6);
-        idx.extend(&full[..], full.len() as u64, &mut decoded).unwrap();
+        idx.extend(&full[..], full.len() as u64, &mut decoded)
+            .unwrap();
         assert_eq!(idx.frames().len(), 4);
         assert!(!idx.is_torn());
         assert_eq!(idx.plain_len(), 10);

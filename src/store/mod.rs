@@ -4,7 +4,9 @@
 //! Source: `../shared/spec/FORMAT.md` (the on-disk format) and
 //! `../shared/spec/MOUNT.md` (what the mount shows of it).
 
+pub mod by_id;
 pub mod cache;
+pub mod catalog;
 pub mod error;
 pub mod frame;
 pub mod header;
@@ -340,8 +342,14 @@ impl Store {
             t.refresh()?;
             return Ok(t);
         }
-        let t = Arc::new(Transcript::open(path, self.encoding, Arc::clone(&self.cache))?);
-        self.transcripts.lock().put(path.to_path_buf(), Arc::clone(&t));
+        let t = Arc::new(Transcript::open(
+            path,
+            self.encoding,
+            Arc::clone(&self.cache),
+        )?);
+        self.transcripts
+            .lock()
+            .put(path.to_path_buf(), Arc::clone(&t));
         Ok(t)
     }
 
@@ -354,7 +362,9 @@ impl Store {
                 continue;
             }
             let dir = self.root.join(&other).join(session);
-            if exists(&dir.join(Encoding::Zstd.file_name())) || exists(&dir.join(Encoding::Raw.file_name())) {
+            if exists(&dir.join(Encoding::Zstd.file_name()))
+                || exists(&dir.join(Encoding::Raw.file_name()))
+            {
                 paths.push(dir);
             }
         }
@@ -376,7 +386,10 @@ impl Store {
             naming::project_dir_name(header.cwd.as_deref()),
             naming::encode_id(&header.id),
         ) else {
-            return Err(StoreError::header_less(t.path(), "header id or cwd cannot name a storage path"));
+            return Err(StoreError::header_less(
+                t.path(),
+                "header id or cwd cannot name a storage path",
+            ));
         };
         if project_name.as_str() != project || session_name.as_str() != session {
             return Err(StoreError::Misplaced {

@@ -123,7 +123,9 @@ pub fn decode_id(name: &str) -> Result<String> {
     while i < bytes.len() {
         let b = bytes[i];
         if b == b'~' {
-            let hex = bytes.get(i + 1..i + 5).ok_or_else(|| invalid("cut escape"))?;
+            let hex = bytes
+                .get(i + 1..i + 5)
+                .ok_or_else(|| invalid("cut escape"))?;
             if !hex
                 .iter()
                 .all(|h| h.is_ascii_digit() || (b'A'..=b'F').contains(h))
@@ -184,13 +186,24 @@ mod tests {
         );
         assert_eq!(project_key("/").unwrap(), "--root--");
         assert_eq!(project_key("/root").unwrap(), "--root--");
-        assert_eq!(project_key("/a/b-c").unwrap(), project_key("/a-b/c").unwrap());
+        assert_eq!(
+            project_key("/a/b-c").unwrap(),
+            project_key("/a-b/c").unwrap()
+        );
         assert!(project_key("").is_err());
     }
 
     #[test]
     fn ids_round_trip() {
-        for id in ["a", ".", "..", "~", "ünïcödé-🚀", "with space & %20", "a/b:c"] {
+        for id in [
+            "a",
+            ".",
+            "..",
+            "~",
+            "ünïcödé-🚀",
+            "with space & %20",
+            "a/b:c",
+        ] {
             let enc = encode_id(id).unwrap();
             assert_eq!(decode_id(&enc).unwrap(), id);
         }

@@ -80,7 +80,9 @@ static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 enum View {
     Zstd(FrameIndex),
     /// Raw mode: the view ends after the last complete line.
-    Raw { plain_len: u64 },
+    Raw {
+        plain_len: u64,
+    },
 }
 
 struct State {
@@ -108,7 +110,10 @@ pub struct Transcript {
     encoding: Encoding,
     cache: Arc<FrameCache>,
     state: RwLock<State>,
-    frames_decoded: AtomicU64,
+    frames_decoded: Arc<AtomicU64>,
+    /// End of the last read (view offset): a read starting there is
+    /// sequential and gets the next frames decoded ahead.
+    last_read_end: AtomicU64,
 }
 
 impl Transcript {
@@ -123,7 +128,7 @@ impl Transcript {
     /// [`StoreError::Corrupt`] for structural corruption or a header frame
     /// failing its checksum; [`StoreError::Io`].
     pub fn open(path: &Path, encoding: Encoding, cache: Arc<FrameCache>) -> Result<Transcript> {
-        let frames_decoded = AtomicU64::new(0);
+        let frames_decoded = Arc::new(AtomicU64::new(0));
         let state = build_state(path, encoding, &frames_decoded)?;
         Ok(Transcript {
             path: path.to_path_buf(),
@@ -131,6 +136,7 @@ impl Transcript {
             cache,
             state: RwLock::new(state),
             frames_decoded,
+            last_read_end: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -164,7 +170,8 @@ impl Transcript {
     ///
     /// Errors: as [`Transcript::open`] when the file must be re-read.
     pub fn refresh(&self) -> Result<TranscriptAttr> {
-        let meta = std::fs::metadata(&self.path).map_err(|e| StoreError::io("stat", &self.path, e))?;
+        let meta =
+            std::fs::metadata(&self.path).map_err(|e| StoreError::io("stat", &self.path, e))?;
         {
             let st = self.state.read();
             if FileIdent::of(&meta) == st.ident && meta.len() == st.meta.len() {
@@ -182,7 +189,13 @@ impl Transcript {
             let new_meta = file
                 .metadata()
                 .map_err(|e| StoreError::io("stat", &self.path, e))?;
-            extend_view(&self.path, &file, &mut st.view, new_meta.len(), &self.frames_decoded)?;
+            extend_view(
+                &self.path,
+                &file,
+                &mut st.view,
+                new_meta.len(),
+                &self.frames_decoded,
+            )?;
             st.meta = new_meta;
         }
         Ok(TranscriptAttr {
@@ -210,30 +223,77 @@ impl Transcript {
         if offset.saturating_add(u64::from(size)) > self.state.read().plain_len() {
             self.refresh()?;
         }
-        let (file, generation, frames, raw_len) = {
-            let st = self.state.read();
-            match &st.view {
-                View::Zstd(index) => {
-                    let range = index.frames_for(offset, u64::from(size));
-                    let frames: Vec<(usize, IndexedFrame)> =
-                        range.clone().map(|i| (i, index.frames()[i])).collect();
-                    (Arc::clone(&st.file), st.generation, frames, None)
-                }
-                View::Raw { plain_len } => (Arc::clone(&st.file), st.generation, Vec::new(), Some(*plain_len)),
+        let st = self.state.read();
+        let file = Arc::clone(&st.file);
+        let generation = st.generation;
+        let index = match &st.view {
+            View::Zstd(index) => index,
+            View::Raw { plain_len } => {
+                let plain_len = *plain_len;
+                drop(st);
+                return self.read_raw(&file, offset, size, plain_len);
             }
         };
-        if let Some(plain_len) = raw_len {
-            return self.read_raw(&file, offset, size, plain_len);
-        }
+        let range = index.frames_for(offset, u64::from(size));
+        let frames: Vec<(usize, IndexedFrame)> =
+            range.clone().map(|i| (i, index.frames()[i])).collect();
+        let ahead: Vec<(usize, IndexedFrame)> = index.frames()[range.end..]
+            .iter()
+            .take(READ_AHEAD_FRAMES)
+            .scan(0u64, |bytes, f| {
+                *bytes += f.plain_len;
+                (*bytes <= READ_AHEAD_BYTES || *bytes == f.plain_len).then_some(*f)
+            })
+            .enumerate()
+            .map(|(i, f)| (range.end + i, f))
+            .collect();
+        drop(st);
+
         let end = offset.saturating_add(u64::from(size));
+        let sequential = self.last_read_end.swap(end, Ordering::Relaxed) == offset;
+        if sequential && !ahead.is_empty() {
+            self.read_ahead(&file, generation, ahead);
+        }
         let mut out = Vec::with_capacity(size as usize);
         for (number, frame) in frames {
-            let plain = self.decoded_frame(&file, generation, number, &frame)?;
+            let plain = decoded_frame(
+                &self.cache,
+                &self.frames_decoded,
+                &self.path,
+                &file,
+                (generation, number),
+                &frame,
+            )?;
             let from = offset.saturating_sub(frame.plain_offset) as usize;
             let to = (end.min(frame.plain_offset + frame.plain_len) - frame.plain_offset) as usize;
             out.extend_from_slice(&plain[from..to]);
         }
         Ok(out)
+    }
+
+    /// Decodes `frames` into the cache on the read-ahead worker, so that a
+    /// sequential reader finds them decoded (the other core does the work).
+    fn read_ahead(&self, file: &Arc<File>, generation: u64, frames: Vec<(usize, IndexedFrame)>) {
+        if frames
+            .iter()
+            .all(|(n, _)| self.cache.contains(&(generation, *n)))
+        {
+            return;
+        }
+        let cache = Arc::clone(&self.cache);
+        let counter = Arc::clone(&self.frames_decoded);
+        let path = self.path.clone();
+        let file = Arc::clone(file);
+        self.cache.prefetch(Box::new(move || {
+            for (number, frame) in frames {
+                // Errors surface when a reader touches the frame.
+                if decoded_frame(&cache, &counter, &path, &file, (generation, number), &frame)
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }));
     }
 
     fn read_raw(&self, file: &File, offset: u64, size: u32, plain_len: u64) -> Result<Vec<u8>> {
@@ -246,33 +306,47 @@ impl Transcript {
             .map_err(|e| StoreError::io("read", &self.path, e))?;
         Ok(buf)
     }
+}
 
-    /// One decoded frame, from the cache or decoded now (and cached).
-    fn decoded_frame(
-        &self,
-        file: &File,
-        generation: u64,
-        number: usize,
-        frame: &IndexedFrame,
-    ) -> Result<Arc<[u8]>> {
-        let key = (generation, number);
-        if let Some(plain) = self.cache.get(&key) {
-            return Ok(plain);
+/// Frames decoded ahead of a sequential reader, at most.
+const READ_AHEAD_FRAMES: usize = 16;
+/// Plaintext decoded ahead of a sequential reader, at most (bytes).
+const READ_AHEAD_BYTES: u64 = 2 << 20;
+
+/// One decoded frame, from the cache or decoded now (and cached). Checks
+/// the decoded length against the index and that the frame ends a line.
+fn decoded_frame(
+    cache: &FrameCache,
+    frames_decoded: &AtomicU64,
+    path: &Path,
+    file: &File,
+    key: (u64, usize),
+    frame: &IndexedFrame,
+) -> Result<Arc<Vec<u8>>> {
+    cache.get_or_decode(key, || {
+        frames_decoded.fetch_add(1, Ordering::Relaxed);
+        let bytes = read_frame(file, &frame.info).map_err(|e| frame_error(path, e))?;
+        let plain = decode_frame(&bytes, &frame.info).map_err(|e| frame_error(path, e))?;
+        if plain.len() as u64 != frame.plain_len {
+            return Err(StoreError::corrupt(
+                path,
+                frame.info.offset,
+                format!(
+                    "frame decodes to {} bytes, {} when indexed",
+                    plain.len(),
+                    frame.plain_len
+                ),
+            ));
         }
-        self.frames_decoded.fetch_add(1, Ordering::Relaxed);
-        let bytes = read_frame(file, &frame.info).map_err(|e| frame_error(&self.path, e))?;
-        let plain = decode_frame(&bytes, &frame.info).map_err(|e| frame_error(&self.path, e))?;
         if plain.last().is_some_and(|&b| b != b'\n') {
             return Err(StoreError::corrupt(
-                &self.path,
+                path,
                 frame.info.offset,
                 "complete frame ends inside a line",
             ));
         }
-        let plain: Arc<[u8]> = Arc::from(plain);
-        self.cache.insert(key, Arc::clone(&plain));
         Ok(plain)
-    }
+    })
 }
 
 fn frame_error(path: &Path, e: FrameError) -> StoreError {
@@ -284,7 +358,9 @@ fn frame_error(path: &Path, e: FrameError) -> StoreError {
 
 fn build_state(path: &Path, encoding: Encoding, frames_decoded: &AtomicU64) -> Result<State> {
     let file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
-    let meta = file.metadata().map_err(|e| StoreError::io("stat", path, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| StoreError::io("stat", path, e))?;
     if meta.len() == 0 {
         return Err(StoreError::header_less(path, "the file is empty"));
     }
@@ -305,16 +381,24 @@ fn build_state(path: &Path, encoding: Encoding, frames_decoded: &AtomicU64) -> R
             };
             let bytes = read_frame(&file, &first.info).map_err(|e| frame_error(path, e))?;
             let plain = decode_frame(&bytes, &first.info).map_err(|e| frame_error(path, e))?;
-            let one_line = plain.last() == Some(&b'\n') && plain.iter().filter(|&&b| b == b'\n').count() == 1;
+            let one_line =
+                plain.last() == Some(&b'\n') && plain.iter().filter(|&&b| b == b'\n').count() == 1;
             if !one_line {
-                return Err(StoreError::header_less(path, "first frame is not exactly one header line"));
+                return Err(StoreError::header_less(
+                    path,
+                    "first frame is not exactly one header line",
+                ));
             }
             (view, plain)
         }
         Encoding::Raw => {
-            let line = first_line(&file, meta.len()).map_err(|e| StoreError::io("read", path, e))?;
+            let line =
+                first_line(&file, meta.len()).map_err(|e| StoreError::io("read", path, e))?;
             let Some(line) = line else {
-                return Err(StoreError::header_less(path, "the first line is incomplete"));
+                return Err(StoreError::header_less(
+                    path,
+                    "the first line is incomplete",
+                ));
             };
             let mut view = View::Raw { plain_len: 0 };
             extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;

@@ -1,0 +1,734 @@
+//! The command line: parses arguments (clap) and dispatches to the store,
+//! the identity root and the FUSE adapter. It holds no store logic.
+//!
+//! Every command that takes a ROOT resolves it once, at start-up, into an
+//! [`IdentityRoot`] (IDENTITY.md §1) and never looks at the process's
+//! current directory afterwards.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::identity::{IdLookupError, IdentityRoot};
+use crate::store::catalog::{FindError, SessionListing, SessionSummary};
+use crate::store::{naming, Encoding, Store, StoreOptions, DEFAULT_CACHE_BYTES};
+
+/// Exit status: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: a session or store error (root missing, session not found
+/// or damaged, mount failed, some sessions skipped by `list`).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit status: a usage error (bad arguments).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status: the id matches several sessions by body.
+pub const EXIT_AMBIGUOUS: u8 = 3;
+
+/// Widest ID column of the `list` table; longer ids overflow their row.
+const MAX_ID_COLUMN: usize = 40;
+
+/// How much `cat` reads at a time.
+const CAT_CHUNK: u32 = 1 << 20;
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  success
+  1  a session or store error: the root is missing or unreadable, no session
+     has the id, the session is damaged, the mount failed; for `list`, some
+     sessions could not be read (the others are still listed)
+  2  usage error (bad arguments)
+  3  the id is ambiguous: no session has exactly this id and several share
+     its part after the last '_' (give the full id)";
+
+const MAIN_AFTER_HELP: &str = "\
+Examples:
+  sessionfs mount ~/.dsh/sessions /mnt/sessions
+  sessionfs list ~/.dsh/sessions --project \"$PWD\"
+  sessionfs locate ~/.dsh/sessions cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O
+  sessionfs cat ~/.dsh/sessions session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O | jq .type
+  sessionfs key /home/alice/work/app
+
+Ids: a session is found by its exact id, or else by its part after the last
+'_' when that part has at least 8 characters (cse_X finds session_X).
+
+Started by mount(8) as `sessionfs ROOT MOUNTPOINT -o OPTIONS` (no
+subcommand), sessionfs runs `mount`.
+
+Logging: RUST_LOG=debug|info|warn|error (default info), on stderr.
+";
+
+/// `sessionfs`: shows a session store as plain, decompressed, append-only
+/// `session.jsonl` files, and finds sessions by id from anywhere.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sessionfs",
+    version,
+    about = "A FUSE file system over a session store, and tools to find sessions by id",
+    after_help = format!("{MAIN_AFTER_HELP}\n{EXIT_CODES}"),
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Mount ROOT at MOUNTPOINT (runs in the foreground until unmounted,
+    /// SIGINT or SIGTERM).
+    #[command(after_help = format!("\
+Examples:
+  sessionfs mount ~/.dsh/sessions /mnt/sessions
+  sessionfs mount --read-only --attr-timeout 0.5 /srv/sessions /mnt/sessions
+  sessionfs mount /srv/sessions /mnt/sessions -o allow_other,auto_unmount
+
+{EXIT_CODES}"))]
+    Mount(MountArgs),
+
+    /// List the sessions of ROOT: id, created time, size, last modified,
+    /// project cwd. Bad sessions are reported on stderr; the others are
+    /// still listed.
+    #[command(after_help = format!("\
+Examples:
+  sessionfs list ~/.dsh/sessions
+  sessionfs list ~/.dsh/sessions --project /home/alice/work/app
+  sessionfs list ~/.dsh/sessions --json | jq -r '.[].id'
+
+Times are ISO 8601, UTC. SIZE is the decompressed transcript's length in bytes.
+--project matches the cwd recorded in each session's header exactly, in the
+spelling given, in NFC and in NFD; it never returns a session of another cwd
+that shares the same project directory (`/a/b-c` and `/a-b/c`).
+
+{EXIT_CODES}"))]
+    List(ListArgs),
+
+    /// Print the path of the transcript file of the session ID.
+    #[command(after_help = format!("\
+Examples:
+  sessionfs locate ~/.dsh/sessions session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O
+  sessionfs locate ~/.dsh/sessions cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O
+
+{EXIT_CODES}"))]
+    Locate(IdArgs),
+
+    /// Write the decompressed transcript of the session ID to stdout.
+    #[command(after_help = format!("\
+Examples:
+  sessionfs cat ~/.dsh/sessions cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O | tail -n 5
+  sessionfs cat ~/.dsh/sessions 3f6c1d2e-8a4b-4c1f-9e2d-7b5a6c8d9e0f | jq -c .
+
+{EXIT_CODES}"))]
+    Cat(IdArgs),
+
+    /// Print the project directory name (`--<key>--`) of a cwd, as the
+    /// store derives it. PATH is used as given: not resolved, not
+    /// normalized.
+    #[command(after_help = format!("\
+Examples:
+  sessionfs key /home/alice/work/app        # --home-alice-work-app--
+  sessionfs key 'C:\\Users\\dev\\repo'         # --C-Users-dev-repo--
+  sessionfs key \"$PWD\"
+
+{EXIT_CODES}"))]
+    Key(KeyArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Compression {
+    /// `session.jsonl.zstd` transcripts.
+    Zstd,
+    /// Raw `session.jsonl` transcripts.
+    None,
+}
+
+#[derive(Debug, Args)]
+struct MountArgs {
+    /// The session store's root directory.
+    root: PathBuf,
+    /// Where to mount it (an existing, empty directory).
+    mountpoint: PathBuf,
+    /// Refuse every write (EROFS).
+    #[arg(long)]
+    read_only: bool,
+    /// The root's encoding [default: the root's own; zstd for an empty root].
+    #[arg(long, value_enum)]
+    compression: Option<Compression>,
+    /// Batch window of appends, in milliseconds (0 commits on every write).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    batch_ms: u64,
+    /// How long the kernel may cache attributes and names, in seconds
+    /// (fractions allowed).
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds)]
+    attr_timeout: Duration,
+    /// Cap of the decoded-frame cache, in bytes (suffixes K, M, G, KiB,
+    /// MiB, GiB allowed; 1024-based) [default: 16 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    cache_size: Option<u64>,
+    /// Let other users reach the mount (needs user_allow_other in
+    /// /etc/fuse.conf unless run as root).
+    #[arg(long)]
+    allow_other: bool,
+    /// Mount options, comma-separated, as mount(8) passes them (repeatable).
+    #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
+    options: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// The session store's root directory.
+    root: PathBuf,
+    /// Only the sessions whose header cwd is PATH (NFC or NFD spelling).
+    #[arg(long, value_name = "PATH")]
+    project: Option<String>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct IdArgs {
+    /// The session store's root directory.
+    root: PathBuf,
+    /// The session id (exact, or any id with the same part after the last
+    /// '_', at least 8 characters long).
+    id: String,
+}
+
+#[derive(Debug, Args)]
+struct KeyArgs {
+    /// A working directory, as a session header would record it.
+    path: OsString,
+}
+
+/// Parses `--attr-timeout`: non-negative seconds, fractions allowed.
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a non-negative number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Parses a byte count: plain digits, or digits followed by K, M, G (or
+/// KiB, MiB, GiB), 1024-based, case-insensitive.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(format!(
+            "{s:?} is not a byte count (e.g. 16777216 or 16MiB)"
+        ));
+    }
+    let n: u64 = digits.parse().map_err(|_| format!("{s:?} is too large"))?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit (use K, M, G, KiB, MiB or GiB)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Names that are subcommands or top-level flags: anything else in first
+/// position is the mount(8) helper form `sessionfs ROOT MOUNTPOINT -o …`.
+const SUBCOMMANDS: [&str; 6] = ["mount", "list", "locate", "cat", "key", "help"];
+
+/// Inserts `mount` when invoked in the mount(8) helper form.
+fn with_implicit_mount(mut args: Vec<OsString>) -> Vec<OsString> {
+    if let Some(first) = args.get(1) {
+        let b = first.as_bytes();
+        let is_subcommand = SUBCOMMANDS.iter().any(|s| s.as_bytes() == b);
+        if !is_subcommand && !b.starts_with(b"-") && args.len() >= 3 {
+            args.insert(1, OsString::from("mount"));
+        }
+    }
+    args
+}
+
+/// Entry point of the `sessionfs` binary: sets up logging (RUST_LOG,
+/// default info), parses the process's arguments and runs the command.
+pub fn main() -> ExitCode {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .try_init();
+    raise_open_file_limit();
+    run(std::env::args_os().collect())
+}
+
+/// Raises the soft limit of open files to the hard limit. The store keeps
+/// up to 1024 validated transcripts open (one descriptor each), which a
+/// common soft limit of 1024 cannot hold beside the process's other files.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct
+    // passed, which lives for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max
+        {
+            return;
+        }
+        let soft = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+            log::debug!(
+                "raised the open-file limit from {soft} to {}",
+                limit.rlim_max
+            );
+        }
+    }
+}
+
+/// Parses `args` (program name first) and runs the command; returns the
+/// documented exit status.
+pub fn run(args: Vec<OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(with_implicit_mount(args)) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE));
+        }
+    };
+    let code = match cli.command {
+        Command::Mount(args) => cmd_mount(args),
+        Command::List(args) => cmd_list(args),
+        Command::Locate(args) => cmd_locate(args),
+        Command::Cat(args) => cmd_cat(args),
+        Command::Key(args) => cmd_key(args),
+    };
+    ExitCode::from(code)
+}
+
+fn fail(message: impl std::fmt::Display) -> u8 {
+    eprintln!("sessionfs: {message}");
+    EXIT_ERROR
+}
+
+/// Outcome of writing to stdout: a closed pipe ends the command quietly.
+fn output_result(r: io::Result<()>) -> u8 {
+    match r {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => fail(format_args!("writing to stdout: {e}")),
+    }
+}
+
+/// Resolves ROOT once and opens the store on its I/O path.
+fn open_store(root: &Path) -> Result<(IdentityRoot, Store), u8> {
+    let identity = IdentityRoot::resolve(root).map_err(fail)?;
+    let store = Store::open(identity.io_path(), StoreOptions::default()).map_err(fail)?;
+    Ok((identity, store))
+}
+
+fn cmd_mount(args: MountArgs) -> u8 {
+    let identity = match IdentityRoot::resolve(&args.root) {
+        Ok(identity) => identity,
+        Err(e) => return fail(e),
+    };
+    let mountpoint = match std::path::absolute(&args.mountpoint) {
+        Ok(p) => p,
+        Err(e) => {
+            return fail(format_args!(
+                "mount point {}: cannot make it absolute ({e}); give an absolute path",
+                args.mountpoint.display()
+            ))
+        }
+    };
+    let options = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .map(str::trim)
+        .filter(|o| !o.is_empty())
+        .map(str::to_string)
+        .collect();
+    let config = crate::fuse::MountConfig {
+        root: identity.io_path().to_path_buf(),
+        mountpoint,
+        read_only: args.read_only,
+        compression: args.compression.map(|c| match c {
+            Compression::Zstd => Encoding::Zstd,
+            Compression::None => Encoding::Raw,
+        }),
+        batch_ms: args.batch_ms,
+        attr_timeout: args.attr_timeout,
+        cache_bytes: args.cache_size.unwrap_or(DEFAULT_CACHE_BYTES),
+        allow_other: args.allow_other,
+        options,
+    };
+    match crate::fuse::run_mount(config) {
+        Ok(()) => EXIT_OK,
+        Err(e) => fail(e),
+    }
+}
+
+fn cmd_key(args: KeyArgs) -> u8 {
+    let Some(path) = args.path.to_str() else {
+        eprintln!(
+            "sessionfs: {:?} is not valid UTF-8; a session header records its cwd as text",
+            args.path
+        );
+        return EXIT_USAGE;
+    };
+    match naming::project_key(path) {
+        Ok(key) => output_result(writeln!(io::stdout().lock(), "{key}")),
+        Err(e) => {
+            eprintln!("sessionfs: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn cmd_list(args: ListArgs) -> u8 {
+    let (_identity, store) = match open_store(&args.root) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let listing = match &args.project {
+        Some(path) => store.sessions_for_project(path),
+        None => store.sessions(),
+    };
+    let SessionListing {
+        mut sessions,
+        errors,
+    } = match listing {
+        Ok(listing) => listing,
+        Err(e) => return fail(e),
+    };
+    sessions.sort_by(|a, b| {
+        (a.created_at_ms, &a.id, &a.project_dir).cmp(&(b.created_at_ms, &b.id, &b.project_dir))
+    });
+    for e in &errors {
+        eprintln!("sessionfs: skipped: {e}");
+    }
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let written = if args.json {
+        write_json(&mut out, &sessions)
+    } else {
+        write_table(&mut out, &sessions)
+    }
+    .and_then(|()| out.flush());
+    match output_result(written) {
+        EXIT_OK if !errors.is_empty() => EXIT_ERROR,
+        code => code,
+    }
+}
+
+fn write_json(out: &mut impl Write, sessions: &[SessionSummary]) -> io::Result<()> {
+    let array: Vec<serde_json::Value> = sessions
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "id": s.id,
+                "cwd": s.cwd,
+                "createdAt": format_utc_ms(i64::try_from(s.created_at_ms).unwrap_or(i64::MAX)),
+                "createdAtMs": s.created_at_ms,
+                "size": s.plain_len,
+                "modified": format_utc_ms(system_time_ms(s.modified)),
+                "project": s.project_dir.to_string_lossy(),
+                "path": s.transcript_path.to_string_lossy(),
+            })
+        })
+        .collect();
+    serde_json::to_writer_pretty(&mut *out, &array).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
+fn write_table(out: &mut impl Write, sessions: &[SessionSummary]) -> io::Result<()> {
+    let header = ["ID", "CREATED", "SIZE", "MODIFIED", "CWD"];
+    let rows: Vec<[String; 5]> = sessions
+        .iter()
+        .map(|s| {
+            [
+                printable(&s.id),
+                format_utc_ms(i64::try_from(s.created_at_ms).unwrap_or(i64::MAX)),
+                s.plain_len.to_string(),
+                format_utc_ms(system_time_ms(s.modified)),
+                s.cwd.as_deref().map_or_else(|| "-".to_string(), printable),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    // A very long id overflows its own row instead of widening every row.
+    widths[0] = widths[0].min(MAX_ID_COLUMN);
+    let line = |out: &mut dyn Write, cells: [&str; 5]| -> io::Result<()> {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                // SIZE is right-aligned, the rest left-aligned.
+                if i == 2 {
+                    text.push_str(&" ".repeat(pad));
+                    text.push_str(cell);
+                } else {
+                    text.push_str(cell);
+                    text.push_str(&" ".repeat(pad));
+                }
+                text.push_str("  ");
+            }
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    line(out, header)?;
+    for row in &rows {
+        line(out, [&row[0], &row[1], &row[2], &row[3], &row[4]])?;
+    }
+    Ok(())
+}
+
+/// `s` with control characters escaped, so that one session stays one line
+/// of the table.
+fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn exit_code_of_find(e: &FindError) -> u8 {
+    match e {
+        FindError::Id(IdLookupError::Ambiguous { .. }) => EXIT_AMBIGUOUS,
+        _ => EXIT_ERROR,
+    }
+}
+
+fn cmd_locate(args: IdArgs) -> u8 {
+    let (_identity, store) = match open_store(&args.root) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    match store.find_by_id(&args.id) {
+        Ok(summary) => {
+            let mut out = io::stdout().lock();
+            output_result(
+                out.write_all(summary.transcript_path.as_os_str().as_bytes())
+                    .and_then(|()| out.write_all(b"\n")),
+            )
+        }
+        Err(e) => {
+            eprintln!("sessionfs: {e}");
+            exit_code_of_find(&e)
+        }
+    }
+}
+
+fn cmd_cat(args: IdArgs) -> u8 {
+    let (_identity, store) = match open_store(&args.root) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let transcript = match store.find_transcript_by_id(&args.id) {
+        Ok((_, transcript)) => transcript,
+        Err(e) => {
+            eprintln!("sessionfs: {e}");
+            return exit_code_of_find(&e);
+        }
+    };
+    let mut out = io::stdout().lock();
+    let mut offset = 0u64;
+    loop {
+        let chunk = match transcript.read(offset, CAT_CHUNK) {
+            Ok(chunk) => chunk,
+            Err(e) => return fail(e),
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        if let Err(e) = out.write_all(&chunk) {
+            return output_result(Err(e));
+        }
+        offset += chunk.len() as u64;
+    }
+    output_result(out.flush())
+}
+
+/// Milliseconds since the Unix epoch (negative before it, saturating).
+fn system_time_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
+}
+
+/// Formats milliseconds since the Unix epoch as ISO 8601 in UTC, the way
+/// JavaScript's `Date.prototype.toISOString` does
+/// (`2026-01-05T09:00:00.000Z`; years outside 0–9999 as `±YYYYYY`).
+pub fn format_utc_ms(ms: i64) -> String {
+    const DAY_MS: i64 = 86_400_000;
+    let days = ms.div_euclid(DAY_MS);
+    let in_day = ms.rem_euclid(DAY_MS);
+    let (year, month, day) = civil_from_days(days);
+    let (h, rest) = (in_day / 3_600_000, in_day % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, milli) = (rest / 1000, rest % 1000);
+    let year = if (0..=9999).contains(&year) {
+        format!("{year:04}")
+    } else if year < 0 {
+        format!("-{:06}", year.unsigned_abs())
+    } else {
+        format!("+{year:06}")
+    };
+    format!("{year}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
+/// Year, month, day of a day count since 1970-01-01 (proleptic Gregorian;
+/// H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11]
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn iso_times_match_javascript() {
+        for (ms, iso) in [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_767_603_600_000, "2026-01-05T09:00:00.000Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (-1, "1969-12-31T23:59:59.999Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+            (253_402_300_800_000, "+010000-01-01T00:00:00.000Z"),
+            (8_640_000_000_000_000, "+275760-09-13T00:00:00.000Z"),
+            (-62_198_755_200_000, "-000001-01-01T00:00:00.000Z"),
+        ] {
+            assert_eq!(format_utc_ms(ms), iso, "{ms}");
+        }
+        // No panic at the extremes.
+        let _ = format_utc_ms(i64::MAX);
+        let _ = format_utc_ms(i64::MIN);
+    }
+
+    #[test]
+    fn byte_counts_and_seconds() {
+        assert_eq!(parse_bytes("16777216"), Ok(16 << 20));
+        assert_eq!(parse_bytes("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_bytes("16m"), Ok(16 << 20));
+        assert_eq!(parse_bytes("2 G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("-5").is_err());
+        assert!(parse_bytes("5 PiB").is_err());
+        assert!(parse_bytes("99999999999999999999").is_err());
+        assert!(parse_bytes("17179869184G").is_err());
+        assert_eq!(parse_seconds("1"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_seconds("0"), Ok(Duration::ZERO));
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("nan").is_err());
+        assert!(parse_seconds("inf").is_err());
+        assert!(parse_seconds("1e400").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+
+    #[test]
+    fn mount_options_parse() {
+        let cli = Cli::try_parse_from([
+            "sessionfs",
+            "mount",
+            "/r",
+            "/m",
+            "--read-only",
+            "--compression",
+            "none",
+            "--batch-ms",
+            "0",
+            "--attr-timeout",
+            "0.5",
+            "--cache-size",
+            "1048576",
+            "--allow-other",
+            "-o",
+            "ro,auto_unmount",
+            "-odefault_permissions",
+        ])
+        .unwrap();
+        let Command::Mount(m) = cli.command else {
+            panic!("not mount")
+        };
+        assert!(m.read_only && m.allow_other);
+        assert_eq!(m.compression, Some(Compression::None));
+        assert_eq!(m.batch_ms, 0);
+        assert_eq!(m.attr_timeout, Duration::from_millis(500));
+        assert_eq!(m.cache_size, Some(1 << 20));
+        assert_eq!(m.options, ["ro,auto_unmount", "default_permissions"]);
+
+        let cli = Cli::try_parse_from(["sessionfs", "mount", "/r", "/m"]).unwrap();
+        let Command::Mount(m) = cli.command else {
+            panic!("not mount")
+        };
+        assert_eq!((m.batch_ms, m.attr_timeout), (200, Duration::from_secs(1)));
+        assert_eq!(m.cache_size, None);
+        assert!(!m.read_only && !m.allow_other && m.options.is_empty());
+    }
+
+    #[test]
+    fn mount_helper_form_is_mount() {
+        let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            with_implicit_mount(args(&["sessionfs", "/r", "/m", "-o", "rw"])),
+            args(&["sessionfs", "mount", "/r", "/m", "-o", "rw"])
+        );
+        for unchanged in [
+            &["sessionfs", "list", "/r"][..],
+            &["sessionfs", "--help"],
+            &["sessionfs", "key", "/x"],
+            &["sessionfs", "/r"],
+            &["sessionfs"],
+        ] {
+            assert_eq!(with_implicit_mount(args(unchanged)), args(unchanged));
+        }
+    }
+
+    #[test]
+    fn printable_escapes_control_characters() {
+        assert_eq!(printable("a b/é🚀"), "a b/é🚀");
+        assert_eq!(printable("a\tb\nc"), "a\\tb\\nc");
+    }
+}

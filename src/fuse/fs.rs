@@ -1,0 +1,534 @@
+//! The mount's core: plain methods (lookup, getattr, open, read, readdir,
+//! readlink, statfs) over the store, returning `Result`s. No fuser type
+//! appears here, so it is tested without a mount; `adapter.rs` maps these
+//! methods to kernel requests.
+//!
+//! Source: MOUNT.md, "The tree", "Attributes", "Reading", "Details".
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use super::inode::{InodeTable, Node, BY_ID_DIR};
+use crate::store::{EntryKind, Store, StoreError, Transcript, VIEW_NAME};
+
+/// Names file managers probe for at the root and project levels; they get
+/// a fast ENOENT without touching the disk (MOUNT.md, Details).
+const PROBE_NAMES: [&str; 9] = [
+    ".Trash",
+    ".hidden",
+    ".directory",
+    ".xdg-volume-info",
+    "desktop.ini",
+    "autorun.inf",
+    ".DS_Store",
+    "Thumbs.db",
+    ".git",
+];
+
+fn is_probe_name(name: &OsStr) -> bool {
+    let b = name.as_bytes();
+    PROBE_NAMES.iter().any(|p| p.as_bytes() == b) || b.starts_with(b".Trash-")
+}
+
+/// An error of a mount operation: a store error (logged with its path and
+/// fix) or a plain errno.
+#[derive(Debug)]
+pub enum FsError {
+    /// The store refused or failed.
+    Store(StoreError),
+    /// A plain errno (ENOENT for an unknown inode, EBADF, ...).
+    Errno(i32),
+}
+
+impl FsError {
+    /// The errno to reply with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Store(e) => e.errno(),
+            FsError::Errno(n) => *n,
+        }
+    }
+}
+
+impl From<StoreError> for FsError {
+    fn from(e: StoreError) -> Self {
+        FsError::Store(e)
+    }
+}
+
+/// Result of a mount operation.
+pub type FsResult<T> = Result<T, FsError>;
+
+/// File type of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+}
+
+/// Attributes of a node, as `stat` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    /// Bytes; for a transcript, the decompressed committed length.
+    pub size: u64,
+    /// 512-byte blocks of the backing file (the compressed one for a
+    /// transcript, so `du` shows disk use).
+    pub blocks: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+/// One directory entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: Kind,
+    pub name: OsString,
+}
+
+/// Statistics of the backing file system (`statvfs` of the root).
+#[derive(Debug, Clone, Copy)]
+pub struct FsStats {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+enum Handle {
+    Transcript(Arc<Transcript>),
+    File(File),
+    /// A directory listing snapshot taken at opendir, so that offsets stay
+    /// valid while the directory changes.
+    Dir(Arc<Vec<DirEntry>>),
+}
+
+/// The mount's core.
+pub struct SessionFs {
+    store: Arc<Store>,
+    inodes: InodeTable,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+}
+
+fn time(secs: i64, nsecs: i64) -> SystemTime {
+    let nanos = Duration::from_nanos(nsecs.clamp(0, 999_999_999) as u64);
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::from_secs(secs as u64) + nanos
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + nanos
+    }
+}
+
+fn kind_of_meta(meta: &Metadata) -> Kind {
+    let t = meta.file_type();
+    if t.is_dir() {
+        Kind::Dir
+    } else if t.is_symlink() {
+        Kind::Symlink
+    } else {
+        Kind::File
+    }
+}
+
+fn attr_of(ino: u64, meta: &Metadata) -> Attr {
+    Attr {
+        ino,
+        kind: kind_of_meta(meta),
+        size: meta.size(),
+        blocks: meta.blocks(),
+        atime: time(meta.atime(), meta.atime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        perm: (meta.mode() & 0o7777) as u16,
+        nlink: meta.nlink() as u32,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        rdev: meta.rdev() as u32,
+        blksize: meta.blksize() as u32,
+    }
+}
+
+fn kind_of_entry(kind: EntryKind) -> Kind {
+    match kind {
+        EntryKind::Dir => Kind::Dir,
+        EntryKind::Symlink => Kind::Symlink,
+        EntryKind::File | EntryKind::Transcript | EntryKind::FlatArtifact => Kind::File,
+    }
+}
+
+fn lstat(path: &Path) -> FsResult<Metadata> {
+    std::fs::symlink_metadata(path).map_err(|e| FsError::Store(StoreError::io("stat", path, e)))
+}
+
+impl SessionFs {
+    /// A mount core over `store`.
+    pub fn new(store: Arc<Store>) -> Self {
+        SessionFs {
+            store,
+            inodes: InodeTable::default(),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    /// The store served.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
+        self.inodes.node(ino).ok_or(FsError::Errno(libc::ENOENT))
+    }
+
+    fn add_handle(&self, handle: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, handle);
+        fh
+    }
+
+    /// Looks `name` up in directory `parent` and returns its attributes
+    /// (MOUNT.md, The tree). Damaged transcripts and flat artifacts fail
+    /// with the store's error (EIO); probe names get ENOENT at once.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Attr> {
+        let (parent_path, parent_node) = self.node(parent)?;
+        let child_path = parent_path.join(name);
+        let child = match parent_node {
+            Node::Root => {
+                if name == BY_ID_DIR {
+                    Node::ById
+                } else if is_probe_name(name) {
+                    return Err(FsError::Errno(libc::ENOENT));
+                } else {
+                    let meta = std::fs::metadata(self.store.backing_path(Path::new(name)))
+                        .map_err(|e| {
+                            StoreError::io("stat", &self.store.backing_path(Path::new(name)), e)
+                        })?;
+                    if !meta.is_dir() {
+                        return Err(FsError::Errno(libc::ENOENT));
+                    }
+                    Node::Project {
+                        project: name.to_os_string(),
+                    }
+                }
+            }
+            Node::ById => {
+                let (project, session) = self.store.find_session_dir_by_id(name)?;
+                Node::ByIdLink { project, session }
+            }
+            Node::Project { project } => {
+                if is_probe_name(name) {
+                    return Err(FsError::Errno(libc::ENOENT));
+                }
+                self.store.lookup_in_project(&project, name)?;
+                Node::Session {
+                    project,
+                    session: name.to_os_string(),
+                }
+            }
+            Node::Session { project, session } => {
+                if name == VIEW_NAME {
+                    Node::Transcript { project, session }
+                } else if crate::store::is_publication_temp(name)
+                    || name == crate::store::Encoding::Zstd.file_name()
+                {
+                    return Err(FsError::Errno(libc::ENOENT));
+                } else if crate::store::is_foreign_transcript_name(name) {
+                    return Err(StoreError::UnsupportedVersion {
+                        path: self.store.backing_path(&child_path),
+                        detail: "a transcript under a name this format version does not use".into(),
+                    }
+                    .into());
+                } else {
+                    Node::Passthrough {
+                        rel: child_path.clone(),
+                    }
+                }
+            }
+            Node::Passthrough { .. } => Node::Passthrough {
+                rel: child_path.clone(),
+            },
+            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+                return Err(FsError::Errno(libc::ENOTDIR))
+            }
+        };
+        let attr_node = child.clone();
+        let ino = self.inodes.ino_for(child_path, child);
+        self.attr(ino, &attr_node)
+    }
+
+    /// Attributes of an inode. A transcript's size is re-read from its
+    /// backing file, so growth shows within the attribute timeout.
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        let (_, node) = self.node(ino)?;
+        self.attr(ino, &node)
+    }
+
+    fn attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
+        match node {
+            Node::Root => Ok(attr_of(ino, &lstat(self.store.root())?)),
+            Node::ById => {
+                let mut a = attr_of(ino, &lstat(self.store.root())?);
+                a.perm = 0o555;
+                Ok(a)
+            }
+            Node::ByIdLink { project, session } => {
+                let mut a = attr_of(
+                    ino,
+                    &lstat(&self.store.backing_path(&Path::new(project).join(session)))?,
+                );
+                a.kind = Kind::Symlink;
+                a.perm = 0o777;
+                a.nlink = 1;
+                a.size = by_id_target(project, session).len() as u64;
+                Ok(a)
+            }
+            Node::Project { project } => Ok(attr_of(
+                ino,
+                &std::fs::metadata(self.store.backing_path(Path::new(project))).map_err(|e| {
+                    StoreError::io("stat", &self.store.backing_path(Path::new(project)), e)
+                })?,
+            )),
+            Node::Session { project, session } => {
+                let path = self.store.backing_path(&Path::new(project).join(session));
+                Ok(attr_of(
+                    ino,
+                    &std::fs::metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?,
+                ))
+            }
+            Node::Transcript { project, session } => {
+                let t = self.store.transcript(project, session)?;
+                let view = t.refresh()?;
+                let mut a = attr_of(ino, &view.meta);
+                a.size = view.plain_len;
+                Ok(a)
+            }
+            Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
+        }
+    }
+
+    /// Opens a file for reading; returns the file handle.
+    ///
+    /// Errors: EISDIR for directories; the store's error for a damaged
+    /// transcript.
+    pub fn open(&self, ino: u64) -> FsResult<u64> {
+        let (_, node) = self.node(ino)?;
+        let handle = match node {
+            Node::Transcript { project, session } => {
+                Handle::Transcript(self.store.transcript(&project, &session)?)
+            }
+            Node::Passthrough { rel } => {
+                let path = self.store.backing_path(&rel);
+                Handle::File(File::open(&path).map_err(|e| StoreError::io("open", &path, e))?)
+            }
+            _ => return Err(FsError::Errno(libc::EISDIR)),
+        };
+        Ok(self.add_handle(handle))
+    }
+
+    /// Reads up to `size` bytes at `offset` through an open file handle.
+    ///
+    /// Errors: EBADF for an unknown handle; EIO for a corrupt frame.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        enum Source {
+            Transcript(Arc<Transcript>),
+            File(File),
+        }
+        let source = match self.handles.lock().get(&fh) {
+            Some(Handle::Transcript(t)) => Source::Transcript(Arc::clone(t)),
+            Some(Handle::File(f)) => Source::File(
+                f.try_clone()
+                    .map_err(|e| FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)))?,
+            ),
+            _ => return Err(FsError::Errno(libc::EBADF)),
+        };
+        match source {
+            Source::Transcript(t) => Ok(t.read(offset, size)?),
+            Source::File(f) => {
+                let mut buf = vec![0u8; size as usize];
+                let mut got = 0;
+                while got < buf.len() {
+                    match f.read_at(&mut buf[got..], offset + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            return Err(FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)))
+                        }
+                    }
+                }
+                buf.truncate(got);
+                Ok(buf)
+            }
+        }
+    }
+
+    /// Forgets a file or directory handle.
+    pub fn release(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    /// Opens a directory: takes a snapshot of its listing.
+    ///
+    /// Errors: ENOTDIR, and the store's listing errors.
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let (path, node) = self.node(ino)?;
+        let mut entries = vec![
+            DirEntry {
+                ino,
+                kind: Kind::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino,
+                kind: Kind::Dir,
+                name: "..".into(),
+            },
+        ];
+        let mut add = |name: OsString, kind: Kind, node: Node| {
+            let ino = self.inodes.ino_for(path.join(&name), node);
+            entries.push(DirEntry { ino, kind, name });
+        };
+        match node {
+            Node::Root => {
+                add(BY_ID_DIR.into(), Kind::Dir, Node::ById);
+                for project in self.store.list_projects()? {
+                    add(project.clone(), Kind::Dir, Node::Project { project });
+                }
+            }
+            Node::ById => {
+                for (name, project, session) in self.store.by_id_entries()? {
+                    add(name, Kind::Symlink, Node::ByIdLink { project, session });
+                }
+            }
+            Node::Project { project } => {
+                for e in self.store.list_project(&project)? {
+                    let node = match e.kind {
+                        EntryKind::Dir => Node::Session {
+                            project: project.clone(),
+                            session: e.name.clone(),
+                        },
+                        _ => Node::Passthrough {
+                            rel: path.join(&e.name),
+                        },
+                    };
+                    add(e.name, kind_of_entry(e.kind), node);
+                }
+            }
+            Node::Session { project, session } => {
+                for e in self.store.list_session_dir(&path, true)? {
+                    let node = match e.kind {
+                        EntryKind::Transcript => Node::Transcript {
+                            project: project.clone(),
+                            session: session.clone(),
+                        },
+                        _ => Node::Passthrough {
+                            rel: path.join(&e.name),
+                        },
+                    };
+                    add(e.name, kind_of_entry(e.kind), node);
+                }
+            }
+            Node::Passthrough { .. } => {
+                for e in self.store.list_session_dir(&path, false)? {
+                    let rel = path.join(&e.name);
+                    add(e.name, kind_of_entry(e.kind), Node::Passthrough { rel });
+                }
+            }
+            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+                return Err(FsError::Errno(libc::ENOTDIR))
+            }
+        }
+        Ok(self.add_handle(Handle::Dir(Arc::new(entries))))
+    }
+
+    /// The entries of an open directory from position `offset` on; the
+    /// position of entry `i` is `i + 1`.
+    ///
+    /// Errors: EBADF for an unknown handle.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<(Arc<Vec<DirEntry>>, usize)> {
+        match self.handles.lock().get(&fh) {
+            Some(Handle::Dir(entries)) => Ok((Arc::clone(entries), offset as usize)),
+            _ => Err(FsError::Errno(libc::EBADF)),
+        }
+    }
+
+    /// The target of a symbolic link.
+    ///
+    /// Errors: EINVAL when the node is not a link.
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        match self.node(ino)?.1 {
+            Node::ByIdLink { project, session } => Ok(by_id_target(&project, &session).into_vec()),
+            Node::Passthrough { rel } => {
+                let path = self.store.backing_path(&rel);
+                let target =
+                    std::fs::read_link(&path).map_err(|e| StoreError::io("readlink", &path, e))?;
+                Ok(target.into_os_string().into_vec())
+            }
+            _ => Err(FsError::Errno(libc::EINVAL)),
+        }
+    }
+
+    /// Statistics of the backing file system.
+    ///
+    /// Errors: the errno of `statvfs` on the root.
+    pub fn statfs(&self) -> FsResult<FsStats> {
+        let path = std::ffi::CString::new(self.store.root().as_os_str().as_bytes())
+            .map_err(|_| FsError::Errno(libc::EINVAL))?;
+        // SAFETY: statvfs writes into a zeroed struct we own; the path is a
+        // valid NUL-terminated string.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+            return Err(FsError::Errno(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            ));
+        }
+        Ok(FsStats {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            bsize: st.f_bsize as u32,
+            namelen: st.f_namemax as u32,
+            frsize: st.f_frsize as u32,
+        })
+    }
+}
+
+/// Target of `.by-id/<name>`: `../<project>/<session>`.
+fn by_id_target(project: &OsStr, session: &OsStr) -> OsString {
+    let mut t = OsString::from("../");
+    t.push(project);
+    t.push("/");
+    t.push(session);
+    t
+}
+
+use std::os::unix::ffi::OsStringExt;

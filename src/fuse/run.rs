@@ -1,0 +1,216 @@
+//! Mounting: options, signals, clean unmount (MOUNT.md, Mount options).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, SessionACL};
+
+use super::adapter::Adapter;
+use super::fs::SessionFs;
+use crate::store::{Encoding, Store, StoreOptions};
+
+/// Everything `sessionfs mount` needs (MOUNT.md, Mount options).
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// The store root: the identity root's real path, resolved once.
+    pub root: PathBuf,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Refuse every write with EROFS.
+    pub read_only: bool,
+    /// The root's encoding, `None` to detect it.
+    pub compression: Option<Encoding>,
+    /// Batch window of appends (milliseconds).
+    pub batch_ms: u64,
+    /// Attribute and entry timeout of the kernel's cache.
+    pub attr_timeout: Duration,
+    /// Cap of the decoded-frame cache (bytes).
+    pub cache_bytes: u64,
+    /// Let other users reach the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Raw `-o` options as mount(8) passes them, comma-separated items.
+    pub options: Vec<String>,
+}
+
+/// How often the serving loop checks for a signal or an external unmount.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Mount options from `-o` items, as mount(8) and fstab pass them.
+/// `allow_other`/`allow_root` select who may use the mount; `ro` makes it
+/// read-only; fsname/subtype are ours; the rest goes to the kernel.
+fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL) {
+    let mut acl = if config.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    let mut out = vec![
+        MountOption::FSName(format!("sessionfs:{}", config.root.display())),
+        // The direct mount(2) path ignores Subtype; pass it raw.
+        MountOption::CUSTOM("subtype=sessionfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    for item in config.options.iter().flat_map(|o| o.split(',')) {
+        match item.trim() {
+            "" | "rw" | "defaults" | "nodev" | "nosuid" | "default_permissions" => {}
+            "ro" => {}
+            "allow_other" => acl = SessionACL::All,
+            "allow_root" => acl = SessionACL::RootAndOwner,
+            "auto_unmount" => out.push(MountOption::AutoUnmount),
+            "noatime" => out.push(MountOption::NoAtime),
+            "noexec" => out.push(MountOption::NoExec),
+            "exec" => out.push(MountOption::Exec),
+            // Options for mount(8) itself or for the helper, not the kernel.
+            "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" => {}
+            other if other.starts_with("x-") => {}
+            other => out.push(MountOption::CUSTOM(other.to_string())),
+        }
+    }
+    // The write path is not served yet: the kernel refuses every write
+    // with EROFS, whatever `--read-only` or `-o ro|rw` asked for.
+    let _ = config.read_only;
+    out.push(MountOption::RO);
+    (out, acl)
+}
+
+/// A mount point left behind by a killed daemon answers ENOTCONN; it is
+/// detached so that the new mount can take its place.
+fn recover_stale_mountpoint(mountpoint: &Path) -> Result<(), String> {
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "mount point {} is not a directory",
+            mountpoint.display()
+        )),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            log::warn!(
+                "mount point {} was left behind by a dead daemon (ENOTCONN); detaching it",
+                mountpoint.display()
+            );
+            if unmount(mountpoint, libc::MNT_DETACH) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "mount point {} is stale and could not be detached; run `umount -l {}` and retry",
+                    mountpoint.display(),
+                    mountpoint.display()
+                ))
+            }
+        }
+        Err(e) => Err(format!(
+            "mount point {}: {e}; create it (mkdir -p) or pick another",
+            mountpoint.display()
+        )),
+    }
+}
+
+/// `umount2(path, flags)`; true on success.
+fn unmount(path: &Path, flags: i32) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    unsafe { libc::umount2(c.as_ptr(), flags) == 0 }
+}
+
+/// Raises the soft limit of open files to the hard limit: every open
+/// transcript and passed-through file holds a descriptor.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Keeps freed heap memory for reuse instead of returning it to the kernel
+/// after every read: frames and replies are allocated and freed at the
+/// read rate, and re-faulting their pages cost more than decoding them.
+/// The caches bound what is held.
+fn keep_freed_memory() {
+    // SAFETY: mallopt only tunes glibc's allocator.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+    }
+}
+
+/// Mounts and serves until SIGINT, SIGTERM or an external unmount.
+///
+/// Errors: a message naming what failed (root, mount point, mount call)
+/// and what to do.
+pub fn run_mount(config: MountConfig) -> Result<(), String> {
+    raise_fd_limit();
+    keep_freed_memory();
+    let store = Store::open(
+        &config.root,
+        StoreOptions {
+            compression: config.compression,
+            cache_bytes: config.cache_bytes,
+        },
+    )
+    .map_err(|e| format!("cannot open the session root: {e}"))?;
+    recover_stale_mountpoint(&config.mountpoint)?;
+    let (options, acl) = mount_options(&config);
+    let mut fuse_config = Config::default();
+    fuse_config.mount_options = options;
+    fuse_config.acl = acl;
+    fuse_config.n_threads = Some(2);
+    fuse_config.clone_fd = true;
+
+    let core = SessionFs::new(Arc::new(store));
+    let adapter = Adapter::new(core, config.attr_timeout);
+    let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config).map_err(|e| {
+        format!(
+            "cannot mount {} on {}: {e}; mounting needs root (or fusermount3 and /dev/fuse access)",
+            config.root.display(),
+            config.mountpoint.display()
+        )
+    })?;
+    let background = session
+        .spawn()
+        .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+    log::info!(
+        "mounted {} at {} (attribute timeout {:?}, cache {} bytes)",
+        config.root.display(),
+        config.mountpoint.display(),
+        config.attr_timeout,
+        config.cache_bytes
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| format!("cannot install the signal handler: {e}"))?;
+    }
+    while !stop.load(Ordering::Relaxed) && !background.guard.is_finished() {
+        std::thread::sleep(POLL);
+    }
+    if background.guard.is_finished() {
+        log::info!("{} was unmounted; exiting", config.mountpoint.display());
+        return background
+            .join()
+            .map_err(|e| format!("the FUSE session ended with an error: {e}"));
+    }
+    log::info!(
+        "signal received; unmounting {}",
+        config.mountpoint.display()
+    );
+    if let Err(e) = background.umount_and_join() {
+        log::warn!(
+            "unmounting {} failed ({e}), files are still open in it; detaching it lazily",
+            config.mountpoint.display()
+        );
+        unmount(&config.mountpoint, libc::MNT_DETACH);
+    }
+    Ok(())
+}
