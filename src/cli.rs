@@ -174,6 +174,11 @@ struct MountArgs {
     /// Mount options, comma-separated, as mount(8) passes them (repeatable).
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     options: Vec<String>,
+    /// Where frame indexes of large transcripts are kept between mounts
+    /// (outside the store), or `none` [default: $XDG_CACHE_HOME/sessionfs/index,
+    /// else ~/.cache/sessionfs/index].
+    #[arg(long, value_name = "DIR")]
+    index_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -367,6 +372,11 @@ fn cmd_mount(args: MountArgs) -> u8 {
         batch_ms: args.batch_ms,
         attr_timeout: args.attr_timeout,
         cache_bytes: args.cache_size.unwrap_or(DEFAULT_CACHE_BYTES),
+        index_dir: match args.index_cache {
+            Some(dir) if dir.as_os_str() == "none" => None,
+            Some(dir) => Some(dir),
+            None => crate::store::index_store::default_index_dir(),
+        },
         allow_other: args.allow_other,
         options,
     };

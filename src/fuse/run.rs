@@ -34,6 +34,9 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Raw `-o` options as mount(8) passes them, comma-separated items.
     pub options: Vec<String>,
+    /// Where frame indexes of large transcripts are persisted (outside the
+    /// store), `None` for nowhere.
+    pub index_dir: Option<PathBuf>,
 }
 
 /// How often the serving loop checks for a signal or an external unmount.
@@ -156,6 +159,7 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
         StoreOptions {
             compression: config.compression,
             cache_bytes: config.cache_bytes,
+            index_dir: config.index_dir.clone(),
         },
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;

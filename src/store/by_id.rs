@@ -5,7 +5,9 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 
 use super::error::{Result, StoreError};
+use super::naming::decode_id;
 use super::{Encoding, Store};
+use crate::identity::{resolve_id, IdLookupError};
 
 impl Store {
     /// Every session directory that holds a transcript, as
@@ -46,18 +48,28 @@ impl Store {
         Ok(out)
     }
 
-    /// The session directory named by `name` (an encoded id): the exact
-    /// directory name first, then the body rule of IDENTITY.md §2.
+    /// The session directory named by `name` (an encoded id, or any
+    /// string): the exact id first, then the body rule of IDENTITY.md §2
+    /// (`cse_X` finds `session_X`).
     ///
-    /// Errors: [`StoreError::NotFound`]; [`StoreError::DuplicateId`] when the
-    /// name is ambiguous.
+    /// Errors: [`StoreError::NotFound`]; [`StoreError::AmbiguousId`] when
+    /// several sessions match by body or one id is in several projects.
     pub fn find_session_dir_by_id(&self, name: &OsStr) -> Result<(OsString, OsString)> {
-        let dirs = self.session_dirs()?;
-        if let Some((project, session)) = dirs.iter().find(|(_, s)| s == name) {
-            return Ok((project.clone(), session.clone()));
-        }
-        Err(StoreError::NotFound {
-            path: self.root().join(".by-id").join(name),
+        let text = name.to_string_lossy();
+        let wanted = decode_id(&text).unwrap_or_else(|_| text.to_string());
+        let candidates = self.session_dirs()?.into_iter().map(|(project, session)| {
+            let lossy = session.to_string_lossy();
+            let id = decode_id(&lossy).unwrap_or_else(|_| lossy.to_string());
+            (id, (project, session))
+        });
+        resolve_id(&wanted, candidates).map_err(|e| match e {
+            IdLookupError::NotFound { .. } => StoreError::NotFound {
+                path: self.root().join(".by-id").join(name),
+            },
+            other => StoreError::AmbiguousId {
+                wanted,
+                reason: other.to_string(),
+            },
         })
     }
 }

@@ -47,6 +47,9 @@ pub enum StoreError {
     /// A session id whose encoded name is too long to be read back by the
     /// reference (FORMAT.md, Session directory). errno: ENAMETOOLONG.
     NameTooLong { name: String, reason: String },
+    /// An id that names several sessions (IDENTITY.md §2): by body, or as
+    /// a duplicate. errno: EIO.
+    AmbiguousId { wanted: String, reason: String },
     /// No such entry. errno: ENOENT.
     NotFound { path: PathBuf },
 }
@@ -99,7 +102,8 @@ impl StoreError {
             | StoreError::Misplaced { .. }
             | StoreError::HeaderLess { .. }
             | StoreError::Corrupt { .. }
-            | StoreError::UnsupportedVersion { .. } => libc::EIO,
+            | StoreError::UnsupportedVersion { .. }
+            | StoreError::AmbiguousId { .. } => libc::EIO,
         }
     }
 
@@ -174,6 +178,7 @@ impl fmt::Display for StoreError {
             ),
             StoreError::InvalidName { name, reason } => write!(f, "{name:?}: {reason}"),
             StoreError::NameTooLong { name, reason } => write!(f, "{name:?}: {reason}"),
+            StoreError::AmbiguousId { reason, .. } => write!(f, "{reason}"),
             StoreError::NotFound { path } => write!(f, "{}: not found", path.display()),
         }
     }

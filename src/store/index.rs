@@ -127,6 +127,82 @@ impl FrameIndex {
         }
     }
 
+    /// Serializes the index (complete frames and where the walk stopped)
+    /// for [`FrameIndex::from_bytes`]: a little-endian table of 33 bytes a
+    /// frame after a 16-byte preamble. A damaged index is not serialized.
+    pub fn to_bytes(&self) -> Option<Vec<u8>> {
+        if self.damaged {
+            return None;
+        }
+        let mut out = Vec::with_capacity(16 + self.frames.len() * 33);
+        out.extend_from_slice(&self.walked_to.to_le_bytes());
+        out.extend_from_slice(&(self.frames.len() as u64).to_le_bytes());
+        for f in &self.frames {
+            let FrameKind::Data {
+                content_size,
+                checksum,
+                max_plain_len,
+            } = f.info.kind
+            else {
+                continue;
+            };
+            out.extend_from_slice(&f.info.offset.to_le_bytes());
+            out.extend_from_slice(&f.info.len.to_le_bytes());
+            out.extend_from_slice(&f.plain_len.to_le_bytes());
+            out.extend_from_slice(&max_plain_len.to_le_bytes());
+            out.push(u8::from(content_size.is_some()) | (u8::from(checksum) << 1));
+        }
+        Some(out)
+    }
+
+    /// Reads an index written by [`FrameIndex::to_bytes`]; `None` when the
+    /// bytes are not a consistent index (frames out of order, overlapping,
+    /// or past `walked_to`).
+    pub fn from_bytes(bytes: &[u8]) -> Option<FrameIndex> {
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        let walked_to = u64_at(0)?;
+        let count = usize::try_from(u64_at(8)?).ok()?;
+        if bytes.len() != 16usize.checked_add(count.checked_mul(33)?)? {
+            return None;
+        }
+        let mut index = FrameIndex {
+            walked_to,
+            ..FrameIndex::default()
+        };
+        let mut compressed_end = 0;
+        for i in 0..count {
+            let at = 16 + i * 33;
+            let (offset, len, plain_len, max_plain_len) = (
+                u64_at(at)?,
+                u64_at(at + 8)?,
+                u64_at(at + 16)?,
+                u64_at(at + 24)?,
+            );
+            let flags = bytes[at + 32];
+            if offset < compressed_end || len == 0 || plain_len > max_plain_len {
+                return None;
+            }
+            compressed_end = offset.checked_add(len)?;
+            let plain_offset = index.plain_len();
+            index.frames.push(IndexedFrame {
+                info: FrameInfo {
+                    offset,
+                    len,
+                    kind: FrameKind::Data {
+                        content_size: (flags & 1 != 0).then_some(plain_len),
+                        checksum: flags & 2 != 0,
+                        max_plain_len,
+                    },
+                },
+                plain_offset,
+                plain_len,
+            });
+        }
+        (compressed_end <= walked_to).then_some(index)
+    }
+
     /// Indices of the frames that hold bytes `[offset, offset + len)` of the
     /// view (clipped to the view), found by binary search. Empty frames
     /// inside the range are included; they cost nothing to read.

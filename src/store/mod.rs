@@ -11,6 +11,7 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod index;
+pub mod index_store;
 pub mod naming;
 pub mod transcript;
 
@@ -43,6 +44,9 @@ pub struct StoreOptions {
     pub compression: Option<Encoding>,
     /// Cap of the decoded-frame cache, in bytes.
     pub cache_bytes: u64,
+    /// Where frame indexes of large transcripts are persisted (outside the
+    /// store), `None` for nowhere.
+    pub index_dir: Option<PathBuf>,
 }
 
 impl Default for StoreOptions {
@@ -50,6 +54,7 @@ impl Default for StoreOptions {
         StoreOptions {
             compression: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            index_dir: None,
         }
     }
 }
@@ -83,6 +88,7 @@ pub struct Store {
     root: PathBuf,
     encoding: Encoding,
     cache: Arc<FrameCache>,
+    index_dir: Option<PathBuf>,
     transcripts: Mutex<LruCache<PathBuf, Arc<Transcript>>>,
 }
 
@@ -178,6 +184,7 @@ impl Store {
             root: root.to_path_buf(),
             encoding,
             cache: Arc::new(FrameCache::new(options.cache_bytes)),
+            index_dir: options.index_dir,
             transcripts: Mutex::new(LruCache::new(
                 NonZeroUsize::new(OPEN_TRANSCRIPTS).unwrap_or(NonZeroUsize::MIN),
             )),
@@ -342,10 +349,11 @@ impl Store {
             t.refresh()?;
             return Ok(t);
         }
-        let t = Arc::new(Transcript::open(
+        let t = Arc::new(Transcript::open_with(
             path,
             self.encoding,
             Arc::clone(&self.cache),
+            self.index_dir.clone(),
         )?);
         self.transcripts
             .lock()

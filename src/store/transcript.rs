@@ -19,6 +19,7 @@ use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameError};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
+use super::index_store::{self, MIN_PERSISTED_FRAMES};
 
 /// How a root stores its transcripts (FORMAT.md, Layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +87,8 @@ enum View {
 }
 
 struct State {
+    /// Frames of the index last persisted (0: none).
+    persisted_frames: usize,
     generation: u64,
     file: Arc<File>,
     ident: FileIdent,
@@ -109,6 +112,8 @@ pub struct Transcript {
     path: PathBuf,
     encoding: Encoding,
     cache: Arc<FrameCache>,
+    /// Where frame indexes are persisted, if anywhere.
+    index_dir: Option<PathBuf>,
     state: RwLock<State>,
     frames_decoded: Arc<AtomicU64>,
     /// End of the last read (view offset): a read starting there is
@@ -128,11 +133,26 @@ impl Transcript {
     /// [`StoreError::Corrupt`] for structural corruption or a header frame
     /// failing its checksum; [`StoreError::Io`].
     pub fn open(path: &Path, encoding: Encoding, cache: Arc<FrameCache>) -> Result<Transcript> {
+        Self::open_with(path, encoding, cache, None)
+    }
+
+    /// [`Transcript::open`], with frame indexes persisted under `index_dir`
+    /// (see [`super::index_store`]): a valid persisted index is extended
+    /// instead of walking the file again, and large indexes are saved.
+    ///
+    /// Errors: as [`Transcript::open`].
+    pub fn open_with(
+        path: &Path,
+        encoding: Encoding,
+        cache: Arc<FrameCache>,
+        index_dir: Option<PathBuf>,
+    ) -> Result<Transcript> {
         let frames_decoded = Arc::new(AtomicU64::new(0));
-        let state = build_state(path, encoding, &frames_decoded)?;
+        let state = build_state(path, encoding, &frames_decoded, index_dir.as_deref())?;
         Ok(Transcript {
             path: path.to_path_buf(),
             encoding,
+            index_dir,
             cache,
             state: RwLock::new(state),
             frames_decoded,
@@ -183,7 +203,12 @@ impl Transcript {
         }
         let mut st = self.state.write();
         if FileIdent::of(&meta) != st.ident || meta.len() < st.meta.len() {
-            *st = build_state(&self.path, self.encoding, &self.frames_decoded)?;
+            *st = build_state(
+                &self.path,
+                self.encoding,
+                &self.frames_decoded,
+                self.index_dir.as_deref(),
+            )?;
         } else if meta.len() > st.meta.len() {
             let file = Arc::clone(&st.file);
             let new_meta = file
@@ -197,6 +222,10 @@ impl Transcript {
                 &self.frames_decoded,
             )?;
             st.meta = new_meta;
+            let ident = st.ident;
+            if let (Some(dir), View::Zstd(index)) = (&self.index_dir, &st.view) {
+                st.persisted_frames = persist_if_grown(dir, ident, index, st.persisted_frames);
+            }
         }
         Ok(TranscriptAttr {
             plain_len: st.plain_len(),
@@ -356,7 +385,24 @@ fn frame_error(path: &Path, e: FrameError) -> StoreError {
     }
 }
 
-fn build_state(path: &Path, encoding: Encoding, frames_decoded: &AtomicU64) -> Result<State> {
+/// Saves a zstd index when it has grown by [`MIN_PERSISTED_FRAMES`] since
+/// it was last saved; returns the frame count now persisted.
+fn persist_if_grown(dir: &Path, ident: FileIdent, index: &FrameIndex, persisted: usize) -> usize {
+    let frames = index.frames().len();
+    if frames >= persisted + MIN_PERSISTED_FRAMES {
+        index_store::save(dir, ident, index);
+        frames
+    } else {
+        persisted
+    }
+}
+
+fn build_state(
+    path: &Path,
+    encoding: Encoding,
+    frames_decoded: &AtomicU64,
+    index_dir: Option<&Path>,
+) -> Result<State> {
     let file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
     let meta = file
         .metadata()
@@ -364,10 +410,17 @@ fn build_state(path: &Path, encoding: Encoding, frames_decoded: &AtomicU64) -> R
     if meta.len() == 0 {
         return Err(StoreError::header_less(path, "the file is empty"));
     }
+    let mut persisted_frames = 0;
     let (view, header_line) = match encoding {
         Encoding::Zstd => {
-            let mut view = View::Zstd(FrameIndex::new());
+            let ident = FileIdent::of(&meta);
+            let loaded = index_dir.and_then(|dir| index_store::load(dir, ident, &file, meta.len()));
+            let loaded_frames = loaded.as_ref().map_or(0, |i| i.frames().len());
+            let mut view = View::Zstd(loaded.unwrap_or_default());
             extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;
+            if let (Some(dir), View::Zstd(index)) = (index_dir, &view) {
+                persisted_frames = persist_if_grown(dir, ident, index, loaded_frames);
+            }
             let View::Zstd(index) = &view else {
                 unreachable!("built as a zstd view")
             };
@@ -416,6 +469,7 @@ fn build_state(path: &Path, encoding: Encoding, frames_decoded: &AtomicU64) -> R
         }
     };
     Ok(State {
+        persisted_frames,
         generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
         file: Arc::new(file),
         ident: FileIdent::of(&meta),
