@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Measures P1-P4 and P6 of issue 3 against their baselines.
+
+Called by scripts/bench.sh as: bench.py SESSIONFS_BINARY WORK_DIR, where
+WORK_DIR holds big/ (one large transcript) and many/ (10,000 sessions).
+Every mount is unmounted on every path (SIGTERM, then umount -l).
+"""
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+BIG_REL = "--bench-big--/big-session/session.jsonl"
+PEAK_RSS_KB = [0]
+
+
+def mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+class Mount:
+    """A sessionfs daemon mounting ROOT on a fresh mount point."""
+
+    count = 0
+
+    def __init__(self, root, *args):
+        Mount.count += 1
+        self.mnt = os.path.join(WORK, f"mnt{Mount.count}")
+        os.makedirs(self.mnt, exist_ok=True)
+        log = open(os.path.join(WORK, f"mount{Mount.count}.log"), "w")
+        env = dict(os.environ, RUST_LOG="warn")
+        self.proc = subprocess.Popen([BIN, "mount", root, self.mnt, *args], stderr=log, env=env)
+        deadline = time.time() + 20
+        while not mounted(self.mnt):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.close()
+                sys.exit(f"bench: mounting {root} failed; see {log.name}")
+            time.sleep(0.005)
+
+    def status(self, key):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1])
+        return 0
+
+    def rchar(self):
+        with open(f"/proc/{self.proc.pid}/io") as f:
+            return int(next(l for l in f if l.startswith("rchar")).split()[1])
+
+    def close(self):
+        if self.proc.poll() is None:
+            PEAK_RSS_KB[0] = max(PEAK_RSS_KB[0], self.status("VmHWM"))
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if mounted(self.mnt):
+            subprocess.run(["umount", "-l", self.mnt], check=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def shell(cmd):
+    subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL)
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def read_last_64k(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, 65536, max(0, size - 65536))
+        assert len(data) == min(size, 65536)
+    finally:
+        os.close(fd)
+
+
+def main():
+    big_root = os.path.join(WORK, "big")
+    zst = os.path.join(big_root, "--bench-big--/big-session/session.jsonl.zstd")
+    native = os.path.join(WORK, "native.jsonl")
+    index_dir = os.path.join(WORK, "index")
+    shell(f"zstd -dc '{zst}' > '{native}'")  # also warms the page cache
+    plain_size = os.path.getsize(native)
+    print(f"big transcript: {plain_size / 2**20:.0f} MiB plaintext, "
+          f"{os.path.getsize(zst) / 2**20:.0f} MiB compressed")
+    results = []
+
+    # P1: last 64 KiB through a freshly started mount (index persisted by
+    # an earlier mount), median of three starts.
+    with Mount(big_root, "--index-cache", index_dir) as m:
+        os.stat(os.path.join(m.mnt, BIG_REL))
+    p1 = []
+    for _ in range(3):
+        with Mount(big_root, "--index-cache", index_dir) as m:
+            p1.append(timed(lambda: read_last_64k(os.path.join(m.mnt, BIG_REL))))
+    p1_cold = []
+    for _ in range(3):
+        with Mount(big_root, "--index-cache", "none") as m:
+            p1_cold.append(timed(lambda: read_last_64k(os.path.join(m.mnt, BIG_REL))))
+    base1 = median([timed(lambda: shell(f"zstd -dc '{zst}' | tail -c 65536")) for _ in range(3)])
+    results.append(("P1 last 64 KiB, fresh mount, persisted index", median(p1), base1, "zstd -dc | tail -c 65536", 200))
+    results.append(("P1' last 64 KiB, fresh mount, no persisted index", median(p1_cold), base1, "zstd -dc | tail -c 65536", None))
+
+    # P2: cat of the whole transcript through a fresh mount (no page cache
+    # of the view), backing file warm.
+    p2 = []
+    for _ in range(3):
+        with Mount(big_root, "--index-cache", index_dir) as m:
+            view = os.path.join(m.mnt, BIG_REL)
+            os.stat(view)
+            p2.append(timed(lambda: shell(f"cat '{view}' > /dev/null")))
+    base2 = median([timed(lambda: shell(f"zstd -dc '{zst}' > /dev/null")) for _ in range(3)])
+    base2n = median([timed(lambda: shell(f"cat '{native}' > /dev/null")) for _ in range(3)])
+    results.append(("P2 cat through the mount (speed)", median(p2), base2, "zstd -dc > /dev/null", 1.0))
+    results.append(("P2' cat through the mount (speed)", median(p2), base2n, "cat of the native plaintext", None))
+
+    # P3: first stat, no persisted index, page cache warm.
+    p3, p3_bytes = [], []
+    for _ in range(3):
+        with Mount(big_root, "--index-cache", "none") as m:
+            before = m.rchar()
+            p3.append(timed(lambda: os.stat(os.path.join(m.mnt, BIG_REL))))
+            p3_bytes.append(m.rchar() - before)
+
+    # P4: find over 10,000 sessions.
+    many_root = os.path.join(WORK, "many")
+    base4 = median([timed(lambda: shell(f"find '{many_root}' -name session.jsonl.zstd | wc -l")) for _ in range(3)])
+    p4 = []
+    for _ in range(3):
+        with Mount(many_root) as m:
+            out = subprocess.run(f"find '{m.mnt}' -name session.jsonl | wc -l", shell=True,
+                                 capture_output=True, text=True, check=True)
+            p4.append(timed(lambda: shell(f"find '{m.mnt}' -name session.jsonl | wc -l")))
+            count = int(out.stdout.strip())
+    native_count = int(subprocess.run(f"find '{many_root}' -name session.jsonl.zstd | wc -l", shell=True,
+                                      capture_output=True, text=True, check=True).stdout.strip())
+    assert count == native_count, (count, native_count)
+
+    print()
+    print(f"{'figure':52} {'sessionfs':>11} {'baseline':>11} {'ratio':>9}  baseline; target")
+    for name, ours, base, what, target in results:
+        if "speed" in name:
+            ratio = base / ours  # throughput ratio: >1 is faster than the baseline
+            label = f"{ratio:.2f}x"
+        else:
+            ratio = base / ours
+            label = f"{ratio:.0f}x"
+        tgt = "" if target is None else f"; target >= {target}x"
+        print(f"{name:52} {ours * 1000:9.1f}ms {base * 1000:9.1f}ms {label:>9}  {what}{tgt}")
+    print(f"{'P3 first stat, no persisted index':52} {median(p3) * 1000:9.1f}ms {'':>11} {'':>9}  target < 50 ms; "
+          f"compressed bytes read: {median(p3_bytes) / 2**20:.2f} MiB of {os.path.getsize(zst) / 2**20:.0f} MiB")
+    print(f"{'P4 find over ' + str(count) + ' sessions':52} {median(p4) * 1000:9.1f}ms {base4 * 1000:9.1f}ms "
+          f"{median(p4) / base4:8.1f}x  slower than native find; target within 8x")
+    print(f"{'P6 daemon peak RSS':52} {PEAK_RSS_KB[0] / 1024:9.1f}MiB {'':>11} {'':>9}  target < 64 MiB")
+
+
+if __name__ == "__main__":
+    main()

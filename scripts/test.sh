@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests of the library and the integration
+# tests that mount copies of ../shared/corpus through FUSE.
+#
+# Needs: a Rust toolchain, /dev/fuse, root (the tests mount with mount(2)),
+# and the tools the tests compare against: zstd and python3 (fuse3 is
+# installed for fusermount3). Missing tools are installed with apt when run
+# as root.
+#
+# Usage: scripts/test.sh [extra `cargo test` arguments]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+missing=()
+command -v zstd >/dev/null 2>&1 || missing+=(zstd)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${missing[*]}" >&2
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+  else
+    echo "test.sh: missing ${missing[*]}; install them (apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -e /dev/fuse ]; then
+  echo "test.sh: /dev/fuse is missing; the mount tests need FUSE (modprobe fuse, or give the container --device /dev/fuse)" >&2
+  exit 1
+fi
+if [ ! -d ../shared/corpus ]; then
+  echo "test.sh: ../shared/corpus is missing; the tests read the corpus from ../shared beside this repository" >&2
+  exit 1
+fi
+
+# Doc tests first, so the last summary printed is the full suite's.
+cargo test --doc
+cargo test --all-targets "$@"
