@@ -5,19 +5,21 @@
 //!
 //! Source: MOUNT.md, "The tree", "Attributes", "Reading", "Details".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
 use super::inode::{InodeTable, Node, BY_ID_DIR};
+use super::writer::Writer;
 use crate::store::{EntryKind, Store, StoreError, Transcript, VIEW_NAME};
 
 /// Names file managers probe for at the root and project levels; they get
@@ -119,9 +121,12 @@ pub struct FsStats {
     pub frsize: u32,
 }
 
-enum Handle {
+pub(super) enum Handle {
     Transcript(Arc<Transcript>),
-    File(File),
+    /// A writable `session.jsonl` (appends buffered per handle).
+    Writer(Arc<Writer>),
+    /// A passed-through file, opened with the caller's access mode.
+    File(Arc<File>),
     /// A directory listing snapshot taken at opendir, so that offsets stay
     /// valid while the directory changes.
     Dir(Arc<Vec<DirEntry>>),
@@ -129,10 +134,18 @@ enum Handle {
 
 /// The mount's core.
 pub struct SessionFs {
-    store: Arc<Store>,
-    inodes: InodeTable,
-    handles: Mutex<HashMap<u64, Handle>>,
+    pub(super) store: Arc<Store>,
+    pub(super) inodes: InodeTable,
+    pub(super) handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
+    /// Project and session directories made by `mkdir` that exist only in
+    /// this mount until something is committed in them (mount paths).
+    pub(super) virtual_dirs: Mutex<HashSet<PathBuf>>,
+    /// Batch window of appends.
+    pub(super) batch_window: Duration,
+    /// Inodes whose attributes the kernel must drop (sent by a thread
+    /// outside the request handlers: MOUNT.md, Details).
+    pub(super) invalidate: Mutex<Option<Sender<u64>>>,
 }
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
@@ -187,13 +200,32 @@ fn lstat(path: &Path) -> FsResult<Metadata> {
 
 impl SessionFs {
     /// A mount core over `store`.
-    pub fn new(store: Arc<Store>) -> Self {
+    pub fn new(store: Arc<Store>, batch_window: Duration) -> Self {
         SessionFs {
             store,
             inodes: InodeTable::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            virtual_dirs: Mutex::new(HashSet::new()),
+            batch_window,
+            invalidate: Mutex::new(None),
         }
+    }
+
+    /// Sends attribute invalidations of committed transcripts to `tx` (a
+    /// thread that owns the kernel notifier).
+    pub fn set_invalidation_channel(&self, tx: Sender<u64>) {
+        *self.invalidate.lock() = Some(tx);
+    }
+
+    pub(super) fn invalidate_attrs(&self, ino: u64) {
+        if let Some(tx) = self.invalidate.lock().as_ref() {
+            let _ = tx.send(ino);
+        }
+    }
+
+    pub(super) fn is_virtual(&self, path: &Path) -> bool {
+        self.virtual_dirs.lock().contains(path)
     }
 
     /// The store served.
@@ -201,11 +233,11 @@ impl SessionFs {
         &self.store
     }
 
-    fn node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
+    pub(super) fn node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
         self.inodes.node(ino).ok_or(FsError::Errno(libc::ENOENT))
     }
 
-    fn add_handle(&self, handle: Handle) -> u64 {
+    pub(super) fn add_handle(&self, handle: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, handle);
         fh
@@ -224,12 +256,12 @@ impl SessionFs {
                 } else if is_probe_name(name) {
                     return Err(FsError::Errno(libc::ENOENT));
                 } else {
-                    let meta = std::fs::metadata(self.store.backing_path(Path::new(name)))
-                        .map_err(|e| {
-                            StoreError::io("stat", &self.store.backing_path(Path::new(name)), e)
-                        })?;
-                    if !meta.is_dir() {
-                        return Err(FsError::Errno(libc::ENOENT));
+                    let backing = self.store.backing_path(Path::new(name));
+                    match std::fs::metadata(&backing) {
+                        Ok(meta) if meta.is_dir() => {}
+                        Ok(_) => return Err(FsError::Errno(libc::ENOENT)),
+                        Err(_) if self.is_virtual(&child_path) => {}
+                        Err(e) => return Err(StoreError::io("stat", &backing, e).into()),
                     }
                     Node::Project {
                         project: name.to_os_string(),
@@ -244,7 +276,11 @@ impl SessionFs {
                 if is_probe_name(name) {
                     return Err(FsError::Errno(libc::ENOENT));
                 }
-                self.store.lookup_in_project(&project, name)?;
+                match self.store.lookup_in_project(&project, name) {
+                    Ok(_) => {}
+                    Err(StoreError::NotFound { .. }) if self.is_virtual(&child_path) => {}
+                    Err(e) => return Err(e.into()),
+                }
                 Node::Session {
                     project,
                     session: name.to_os_string(),
@@ -307,6 +343,17 @@ impl SessionFs {
                 a.size = by_id_target(project, session).len() as u64;
                 Ok(a)
             }
+            Node::Project { .. } | Node::Session { .. } if self.is_virtual(&self.node(ino)?.0) => {
+                let path = self.node(ino)?.0;
+                match std::fs::metadata(self.store.backing_path(&path)) {
+                    Ok(meta) => {
+                        // Committed in the meantime: no longer virtual.
+                        self.virtual_dirs.lock().remove(&path);
+                        Ok(attr_of(ino, &meta))
+                    }
+                    Err(_) => Ok(virtual_dir_attr(ino)),
+                }
+            }
             Node::Project { project } => Ok(attr_of(
                 ino,
                 &std::fs::metadata(self.store.backing_path(Path::new(project))).map_err(|e| {
@@ -321,7 +368,12 @@ impl SessionFs {
                 ))
             }
             Node::Transcript { project, session } => {
-                let t = self.store.transcript(project, session)?;
+                let t = match self.store.transcript(project, session) {
+                    Err(StoreError::NotFound { .. }) if self.has_unpublished_writer(ino) => {
+                        return Ok(new_transcript_attr(ino))
+                    }
+                    other => other?,
+                };
                 let view = t.refresh()?;
                 let mut a = attr_of(ino, &view.meta);
                 a.size = view.plain_len;
@@ -331,44 +383,70 @@ impl SessionFs {
         }
     }
 
-    /// Opens a file for reading; returns the file handle.
+    /// Opens a file with the `open(2)` flags `flags`; returns the file
+    /// handle and whether it is a writer (served without the page cache, so
+    /// that uncommitted bytes never sit in it).
     ///
-    /// Errors: EISDIR for directories; the store's error for a damaged
-    /// transcript.
-    pub fn open(&self, ino: u64) -> FsResult<u64> {
+    /// Errors: EISDIR for directories; EPERM for O_TRUNC of a non-empty
+    /// transcript; the store's error for a damaged transcript.
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, bool)> {
         let (_, node) = self.node(ino)?;
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let handle = match node {
+            Node::Transcript { project, session } if writing => {
+                if flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
+                    log::warn!(
+                        "open of {}/{}/session.jsonl with O_TRUNC refused: transcripts are                          append-only; use >> (O_APPEND) to add lines",
+                        project.to_string_lossy(),
+                        session.to_string_lossy()
+                    );
+                    return Err(FsError::Errno(libc::EPERM));
+                }
+                let append = flags & libc::O_APPEND != 0;
+                Handle::Writer(Arc::new(Writer::open(
+                    &self.store,
+                    ino,
+                    project,
+                    session,
+                    append,
+                )?))
+            }
             Node::Transcript { project, session } => {
                 Handle::Transcript(self.store.transcript(&project, &session)?)
             }
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
-                Handle::File(File::open(&path).map_err(|e| StoreError::io("open", &path, e))?)
+                let file = std::fs::OpenOptions::new()
+                    .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+                    .write(writing)
+                    .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC))
+                    .open(&path)
+                    .map_err(|e| StoreError::io("open", &path, e))?;
+                Handle::File(Arc::new(file))
             }
             _ => return Err(FsError::Errno(libc::EISDIR)),
         };
-        Ok(self.add_handle(handle))
+        let writer = matches!(handle, Handle::Writer(_));
+        Ok((self.add_handle(handle), writer))
     }
 
     /// Reads up to `size` bytes at `offset` through an open file handle.
     ///
     /// Errors: EBADF for an unknown handle; EIO for a corrupt frame.
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        enum Source {
-            Transcript(Arc<Transcript>),
-            File(File),
-        }
-        let source = match self.handles.lock().get(&fh) {
-            Some(Handle::Transcript(t)) => Source::Transcript(Arc::clone(t)),
-            Some(Handle::File(f)) => Source::File(
-                f.try_clone()
-                    .map_err(|e| FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)))?,
-            ),
-            _ => return Err(FsError::Errno(libc::EBADF)),
-        };
-        match source {
-            Source::Transcript(t) => Ok(t.read(offset, size)?),
-            Source::File(f) => {
+        let handle = self.handles.lock().get(&fh).map(Handle::share);
+        match handle {
+            Some(Handle::Transcript(t)) => Ok(t.read(offset, size)?),
+            Some(Handle::Writer(w)) => {
+                let dir = w.session_dir();
+                let (project, session) = split_session_dir(&dir);
+                match self.store.transcript(project, session) {
+                    Ok(t) => Ok(t.read(offset, size)?),
+                    Err(StoreError::NotFound { .. }) => Ok(Vec::new()),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Some(Handle::File(f)) => {
                 let mut buf = vec![0u8; size as usize];
                 let mut got = 0;
                 while got < buf.len() {
@@ -384,12 +462,40 @@ impl SessionFs {
                 buf.truncate(got);
                 Ok(buf)
             }
+            _ => Err(FsError::Errno(libc::EBADF)),
         }
     }
 
-    /// Forgets a file or directory handle.
+    /// Forgets a file or directory handle; a writer commits what is pending
+    /// first (errors are logged: release reaches no caller).
     pub fn release(&self, fh: u64) {
-        self.handles.lock().remove(&fh);
+        let handle = self.handles.lock().remove(&fh);
+        if let Some(Handle::Writer(w)) = handle {
+            if let super::writer::Committed::Batch = w.release(&self.store) {
+                self.invalidate_attrs(w.ino);
+            }
+        }
+    }
+
+    /// Whether a writer that has not published its new session is open on
+    /// the transcript `ino`.
+    pub(super) fn has_unpublished_writer(&self, ino: u64) -> bool {
+        self.handles
+            .lock()
+            .values()
+            .any(|h| matches!(h, Handle::Writer(w) if w.ino == ino && w.is_unpublished()))
+    }
+
+    /// Names of virtual directories directly under the mount path `parent`
+    /// that are not in `listed`.
+    fn virtual_children(&self, parent: &Path, listed: &[OsString]) -> Vec<OsString> {
+        self.virtual_dirs
+            .lock()
+            .iter()
+            .filter(|p| p.parent() == Some(parent))
+            .filter_map(|p| p.file_name().map(OsStr::to_os_string))
+            .filter(|n| !listed.contains(n))
+            .collect()
     }
 
     /// Opens a directory: takes a snapshot of its listing.
@@ -416,7 +522,9 @@ impl SessionFs {
         match node {
             Node::Root => {
                 add(BY_ID_DIR.into(), Kind::Dir, Node::ById);
-                for project in self.store.list_projects()? {
+                let mut names = self.store.list_projects()?;
+                names.extend(self.virtual_children(&path, &names));
+                for project in names {
                     add(project.clone(), Kind::Dir, Node::Project { project });
                 }
             }
@@ -426,7 +534,20 @@ impl SessionFs {
                 }
             }
             Node::Project { project } => {
-                for e in self.store.list_project(&project)? {
+                let mut listed = match self.store.list_project(&project) {
+                    Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
+                    other => other?,
+                };
+                let names: Vec<OsString> = listed.iter().map(|e| e.name.clone()).collect();
+                listed.extend(
+                    self.virtual_children(&path, &names)
+                        .into_iter()
+                        .map(|name| crate::store::Entry {
+                            name,
+                            kind: EntryKind::Dir,
+                        }),
+                );
+                for e in listed {
                     let node = match e.kind {
                         EntryKind::Dir => Node::Session {
                             project: project.clone(),
@@ -440,7 +561,11 @@ impl SessionFs {
                 }
             }
             Node::Session { project, session } => {
-                for e in self.store.list_session_dir(&path, true)? {
+                let listed = match self.store.list_session_dir(&path, true) {
+                    Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
+                    other => other?,
+                };
+                for e in listed {
                     let node = match e.kind {
                         EntryKind::Transcript => Node::Transcript {
                             project: project.clone(),
@@ -519,6 +644,58 @@ impl SessionFs {
             namelen: st.f_namemax as u32,
             frsize: st.f_frsize as u32,
         })
+    }
+}
+
+/// Attributes of a directory made by `mkdir` that exists only in the mount.
+fn virtual_dir_attr(ino: u64) -> Attr {
+    let now = SystemTime::now();
+    Attr {
+        ino,
+        kind: Kind::Dir,
+        size: 0,
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        perm: 0o700,
+        nlink: 2,
+        // SAFETY: geteuid/getegid cannot fail.
+        uid: unsafe { libc::geteuid() },
+        gid: unsafe { libc::getegid() },
+        rdev: 0,
+        blksize: 4096,
+    }
+}
+
+/// Attributes of a `session.jsonl` created but not yet published: empty.
+fn new_transcript_attr(ino: u64) -> Attr {
+    Attr {
+        kind: Kind::File,
+        perm: 0o600,
+        nlink: 1,
+        ..virtual_dir_attr(ino)
+    }
+}
+
+/// The project and session names of a session directory path.
+pub(super) fn split_session_dir(dir: &Path) -> (&OsStr, &OsStr) {
+    let mut parts = dir.iter();
+    let project = parts.next().unwrap_or_default();
+    let session = parts.next().unwrap_or_default();
+    (project, session)
+}
+
+impl Handle {
+    /// A second reference to the same handle (handles are shared by value
+    /// with the request that uses them, so the table lock is not held).
+    pub(super) fn share(&self) -> Handle {
+        match self {
+            Handle::Transcript(t) => Handle::Transcript(Arc::clone(t)),
+            Handle::Writer(w) => Handle::Writer(Arc::clone(w)),
+            Handle::File(f) => Handle::File(Arc::clone(f)),
+            Handle::Dir(d) => Handle::Dir(Arc::clone(d)),
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 
 mod adapter;
 pub mod fs;
+mod fs_write;
 mod inode;
 mod run;
+mod writer;
 
 pub use run::{run_mount, MountConfig};

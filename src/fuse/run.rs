@@ -45,7 +45,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// Mount options from `-o` items, as mount(8) and fstab pass them.
 /// `allow_other`/`allow_root` select who may use the mount; `ro` makes it
 /// read-only; fsname/subtype are ours; the rest goes to the kernel.
-fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL) {
+fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL, bool) {
+    let mut read_only = config.read_only;
     let mut acl = if config.allow_other {
         SessionACL::All
     } else {
@@ -62,7 +63,7 @@ fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL) {
     for item in config.options.iter().flat_map(|o| o.split(',')) {
         match item.trim() {
             "" | "rw" | "defaults" | "nodev" | "nosuid" | "default_permissions" => {}
-            "ro" => {}
+            "ro" => read_only = true,
             "allow_other" => acl = SessionACL::All,
             "allow_root" => acl = SessionACL::RootAndOwner,
             "auto_unmount" => out.push(MountOption::AutoUnmount),
@@ -75,11 +76,10 @@ fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL) {
             other => out.push(MountOption::CUSTOM(other.to_string())),
         }
     }
-    // The write path is not served yet: the kernel refuses every write
-    // with EROFS, whatever `--read-only` or `-o ro|rw` asked for.
-    let _ = config.read_only;
-    out.push(MountOption::RO);
-    (out, acl)
+    if read_only {
+        out.push(MountOption::RO);
+    }
+    (out, acl, read_only)
 }
 
 /// A mount point left behind by a killed daemon answers ENOTCONN; it is
@@ -147,6 +147,14 @@ fn keep_freed_memory() {
     }
 }
 
+fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .map(|_| ())
+        .map_err(|e| format!("cannot start thread {name}: {e}"))
+}
+
 /// Mounts and serves until SIGINT, SIGTERM or an external unmount.
 ///
 /// Errors: a message naming what failed (root, mount point, mount call)
@@ -164,15 +172,29 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;
     recover_stale_mountpoint(&config.mountpoint)?;
-    let (options, acl) = mount_options(&config);
+    let (mut options, acl, mut read_only) = mount_options(&config);
+    if !read_only {
+        if let Err(e) = crate::store::publish::probe_publication_support(&config.root) {
+            log::warn!(
+                "new sessions cannot be published in {} ({e}); mounting read-only \
+                 (pass --read-only to silence this)",
+                config.root.display()
+            );
+            options.push(MountOption::RO);
+            read_only = true;
+        }
+    }
     let mut fuse_config = Config::default();
     fuse_config.mount_options = options;
     fuse_config.acl = acl;
     fuse_config.n_threads = Some(2);
     fuse_config.clone_fd = true;
 
-    let core = SessionFs::new(Arc::new(store));
-    let adapter = Adapter::new(core, config.attr_timeout);
+    let batch_window = Duration::from_millis(config.batch_ms);
+    let core = Arc::new(SessionFs::new(Arc::new(store), batch_window));
+    let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
+    core.set_invalidation_channel(invalidations);
+    let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout);
     let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config).map_err(|e| {
         format!(
             "cannot mount {} on {}: {e}; mounting needs root (or fusermount3 and /dev/fuse access)",
@@ -180,14 +202,32 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
             config.mountpoint.display()
         )
     })?;
+    // Kernel cache notifications are sent from this thread, never from a
+    // request handler (MOUNT.md, Details; FUSE-NOTES §3).
+    let notifier = session.notifier();
+    spawn_named("sessionfs-notify", move || {
+        for ino in invalidated {
+            let _ = notifier.inval_inode(fuser::INodeNo(ino), -1, 0);
+        }
+    })?;
     let background = session
         .spawn()
         .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+    if !read_only && !batch_window.is_zero() {
+        let core = Arc::clone(&core);
+        let tick = batch_window.min(POLL);
+        spawn_named("sessionfs-commit", move || loop {
+            std::thread::sleep(tick);
+            core.commit_due();
+        })?;
+    }
     log::info!(
-        "mounted {} at {} (attribute timeout {:?}, cache {} bytes)",
+        "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes)",
         config.root.display(),
         config.mountpoint.display(),
+        if read_only { "read-only" } else { "read-write" },
         config.attr_timeout,
+        batch_window,
         config.cache_bytes
     );
 

@@ -52,6 +52,36 @@ pub enum StoreError {
     AmbiguousId { wanted: String, reason: String },
     /// No such entry. errno: ENOENT.
     NotFound { path: PathBuf },
+    /// Line `line` (1-based within the written batch) of a write to `path`
+    /// is not one valid record: not UTF-8, not exactly one JSON object, no
+    /// valid `seq`, a malformed packed chunk row, or an invalid header
+    /// (FORMAT.md, Event lines; MOUNT.md, Appending). errno: EINVAL.
+    InvalidLine {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    /// Line `line` of a write to `path` does not continue the transcript:
+    /// its first `seq` is `found`, the transcript continues at `expected`
+    /// (FORMAT.md, Writing: Continuity). errno: EINVAL.
+    SeqConflict {
+        path: PathBuf,
+        line: usize,
+        expected: u64,
+        found: u64,
+    },
+    /// The last frame (or raw line) of `path`, starting at byte `offset`,
+    /// is incomplete and stayed so: the mount never truncates, so nothing
+    /// is appended (MOUNT.md, Appending). errno: EIO.
+    TornTail { path: PathBuf, offset: u64 },
+    /// A session with this id already exists at `path`: a publication lost
+    /// the same-id race, or the id was created twice (FORMAT.md, Writing).
+    /// errno: EEXIST.
+    AlreadyExists { path: PathBuf },
+    /// The file system of `root` can neither make hard links nor rename
+    /// without replacing, so new sessions cannot be published safely
+    /// (MOUNT.md, Creating a session). errno: EOPNOTSUPP.
+    PublishUnsupported { root: PathBuf, reason: String },
 }
 
 /// Result alias of the store layer.
@@ -94,7 +124,12 @@ impl StoreError {
         match self {
             StoreError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             StoreError::NotFound { .. } => libc::ENOENT,
-            StoreError::InvalidName { .. } => libc::EINVAL,
+            StoreError::InvalidName { .. }
+            | StoreError::InvalidLine { .. }
+            | StoreError::SeqConflict { .. } => libc::EINVAL,
+            StoreError::TornTail { .. } => libc::EIO,
+            StoreError::AlreadyExists { .. } => libc::EEXIST,
+            StoreError::PublishUnsupported { .. } => libc::EOPNOTSUPP,
             StoreError::NameTooLong { .. } => libc::ENAMETOOLONG,
             StoreError::FlatArtifact { .. }
             | StoreError::EncodingMismatch { .. }
@@ -180,6 +215,45 @@ impl fmt::Display for StoreError {
             StoreError::NameTooLong { name, reason } => write!(f, "{name:?}: {reason}"),
             StoreError::AmbiguousId { reason, .. } => write!(f, "{reason}"),
             StoreError::NotFound { path } => write!(f, "{}: not found", path.display()),
+            StoreError::InvalidLine { path, line, reason } => write!(
+                f,
+                "{}: line {line} of the write refused ({reason}); write one JSON object \
+                 per line, each with the next seq, and end it with a newline",
+                path.display()
+            ),
+            StoreError::SeqConflict {
+                path,
+                line,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{}: line {line} of the write has seq {found} but the transcript continues \
+                 at seq {expected} (another writer may have appended); re-read the end of \
+                 the transcript and renumber the batch from seq {expected}",
+                path.display()
+            ),
+            StoreError::TornTail { path, offset } => write!(
+                f,
+                "{}: the last frame, at byte {offset}, is incomplete (a crashed or still \
+                 running writer); nothing was appended, and the mount never truncates: stop \
+                 other writers of this session, then run `sessionfs check --repair {}`",
+                path.display(),
+                path.display()
+            ),
+            StoreError::AlreadyExists { path } => write!(
+                f,
+                "{}: a session with this id already exists; append to it instead, or \
+                 choose another id",
+                path.display()
+            ),
+            StoreError::PublishUnsupported { root, reason } => write!(
+                f,
+                "{}: new sessions cannot be published safely here ({reason}); use a root \
+                 on a file system with hard links or renameat2(RENAME_NOREPLACE), or mount \
+                 with --read-only",
+                root.display()
+            ),
         }
     }
 }

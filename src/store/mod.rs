@@ -4,6 +4,7 @@
 //! Source: `../shared/spec/FORMAT.md` (the on-disk format) and
 //! `../shared/spec/MOUNT.md` (what the mount shows of it).
 
+pub mod append;
 pub mod by_id;
 pub mod cache;
 pub mod catalog;
@@ -11,8 +12,11 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod index;
+pub mod lines;
 pub mod index_store;
 pub mod naming;
+pub mod publish;
+pub mod tail;
 pub mod transcript;
 
 use std::ffi::{OsStr, OsString};

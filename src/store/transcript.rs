@@ -176,6 +176,24 @@ impl Transcript {
         self.frames_decoded.load(Ordering::Relaxed)
     }
 
+    /// The `seq` the next appended event must have: one past the last
+    /// committed line (0 when only the header is committed). Re-stats the
+    /// file first, so growth by other writers is seen.
+    ///
+    /// Errors: [`StoreError::Corrupt`] when the last line is not a valid
+    /// record or its frame fails to decode; [`StoreError::Io`].
+    pub fn next_seq(&self) -> Result<u64> {
+        self.refresh()?;
+        let st = self.state.read();
+        let line = match &st.view {
+            View::Zstd(index) => super::tail::last_complete_line(&self.path, &st.file, index)?,
+            View::Raw { plain_len } => {
+                super::tail::last_raw_line(&self.path, &st.file, *plain_len)?
+            }
+        };
+        super::tail::next_seq_from_last_line(&self.path, line.as_deref(), 0)
+    }
+
     /// Number of complete data frames in the view (raw mode: 0).
     pub fn frame_count(&self) -> usize {
         match &self.state.read().view {

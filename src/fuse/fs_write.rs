@@ -1,0 +1,472 @@
+//! The mount's write side: creating, writing, committing, and the
+//! namespace operations (mkdir, unlink, rmdir, rename, setattr), with the
+//! refusals MOUNT.md asks for ("Appending", "Creating a session").
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::fs::{split_session_dir, Attr, FsError, FsResult, Handle, SessionFs};
+use super::inode::Node;
+use super::writer::{Committed, Writer};
+use crate::store::naming::{check_creatable_id, decode_id, is_project_dir_name};
+use crate::store::{
+    is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp, StoreError, VIEW_NAME,
+};
+
+fn eperm(what: String) -> FsError {
+    log::warn!("{what}");
+    FsError::Errno(libc::EPERM)
+}
+
+fn io_errno(path: &Path, op: &'static str, e: std::io::Error) -> FsError {
+    StoreError::io(op, path, e).into()
+}
+
+/// Whether `name` in a session directory belongs to the store's own
+/// protocol (the transcript, its temporaries, other-version transcripts):
+/// such names cannot be created, removed or renamed through the mount.
+fn is_store_owned_name(name: &OsStr) -> bool {
+    name == VIEW_NAME
+        || name == "session.jsonl.zstd"
+        || is_publication_temp(name)
+        || is_foreign_transcript_name(name)
+}
+
+impl SessionFs {
+    /// Creates (or opens, when it exists) `name` in directory `parent` for
+    /// writing, with the `open(2)` flags and permission bits given.
+    /// Returns the attributes, the file handle and whether it is a writer.
+    ///
+    /// Errors: EPERM for anything but `session.jsonl` or a session-owned
+    /// file in a session directory (flat artifacts included); EEXIST for
+    /// O_EXCL on an existing file.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(Attr, u64, bool)> {
+        let (parent_path, parent_node) = self.node(parent)?;
+        let child_path = parent_path.join(name);
+        match parent_node {
+            Node::Session { project, session } if name == VIEW_NAME => {
+                let ino = self.inodes.ino_for(
+                    child_path,
+                    Node::Transcript {
+                        project: project.clone(),
+                        session: session.clone(),
+                    },
+                );
+                let exists = !matches!(
+                    self.store.transcript(&project, &session),
+                    Err(StoreError::NotFound { .. })
+                );
+                if exists && flags & libc::O_EXCL != 0 {
+                    return Err(FsError::Errno(libc::EEXIST));
+                }
+                let append = flags & libc::O_APPEND != 0;
+                let writer = Arc::new(Writer::open(&self.store, ino, project, session, append)?);
+                let fh = self.add_handle(Handle::Writer(writer));
+                let attr = self.getattr(ino)?;
+                Ok((attr, fh, true))
+            }
+            Node::Session { .. } | Node::Passthrough { .. } => {
+                if matches!(parent_node, Node::Session { .. }) && is_store_owned_name(name) {
+                    return Err(eperm(format!(
+                        "create of {} refused: this name belongs to the session store",
+                        child_path.display()
+                    )));
+                }
+                self.materialize_dirs(&parent_path)?;
+                let path = self.store.backing_path(&child_path);
+                let file = std::fs::OpenOptions::new()
+                    .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+                    .write(true)
+                    .create(true)
+                    .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL))
+                    .mode(mode & 0o7777)
+                    .open(&path)
+                    .map_err(|e| io_errno(&path, "create", e))?;
+                let ino = self
+                    .inodes
+                    .ino_for(child_path.clone(), Node::Passthrough { rel: child_path });
+                let fh = self.add_handle(Handle::File(Arc::new(file)));
+                Ok((self.getattr(ino)?, fh, false))
+            }
+            Node::Project { .. } if is_flat_artifact_name(name) => Err(eperm(format!(
+                "create of {} refused: that is the retired flat layout; create \
+                 <project>/<session-id>/session.jsonl instead",
+                child_path.display()
+            ))),
+            _ => Err(eperm(format!(
+                "create of {} refused: only session directories hold files",
+                child_path.display()
+            ))),
+        }
+    }
+
+    /// Writes `data` at `offset` through handle `fh`; `append` tells that
+    /// the request carries O_APPEND.
+    ///
+    /// Errors: EBADF; the writer's errors (EPERM, EINVAL; see
+    /// [`Writer::write`]); the I/O error of a passed-through file.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], append: bool) -> FsResult<u32> {
+        let handle = self.handles.lock().get(&fh).map(Handle::share);
+        match handle {
+            Some(Handle::Writer(w)) => {
+                let committed_len = self.committed_len(&w)?;
+                let n = w.write(
+                    &self.store,
+                    offset,
+                    data,
+                    append,
+                    committed_len,
+                    self.batch_window,
+                )?;
+                if self.batch_window.is_zero() {
+                    self.invalidate_attrs(w.ino);
+                }
+                Ok(n)
+            }
+            Some(Handle::File(f)) => {
+                let r = if append {
+                    (&*f).write_all_append(data)
+                } else {
+                    f.write_all_at(data, offset)
+                };
+                r.map_err(|e| FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+                Ok(data.len() as u32)
+            }
+            Some(Handle::Transcript(_)) => Err(FsError::Errno(libc::EBADF)),
+            _ => Err(FsError::Errno(libc::EBADF)),
+        }
+    }
+
+    fn committed_len(&self, w: &Writer) -> FsResult<u64> {
+        let dir = w.session_dir();
+        let (project, session) = split_session_dir(&dir);
+        match self.store.transcript(project, session) {
+            Ok(t) => Ok(t.refresh()?.plain_len),
+            Err(StoreError::NotFound { .. }) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Commits a writer's pending lines at `flush` (every close of a
+    /// descriptor): errors the writer must see are returned here, because
+    /// `release` reaches no one.
+    ///
+    /// Errors: see [`Writer::flush`].
+    pub fn flush(&self, fh: u64) -> FsResult<()> {
+        let handle = self.handles.lock().get(&fh).map(Handle::share);
+        if let Some(Handle::Writer(w)) = handle {
+            let committed = w.flush(&self.store);
+            self.after_commit(&w, &committed);
+            committed?;
+        }
+        Ok(())
+    }
+
+    /// Commits a writer's pending lines (fsync); syncs a passed-through file.
+    ///
+    /// Errors: see [`Writer::fsync`]; the I/O error of `fsync(2)`.
+    pub fn fsync(&self, fh: u64) -> FsResult<()> {
+        let handle = self.handles.lock().get(&fh).map(Handle::share);
+        match handle {
+            Some(Handle::Writer(w)) => {
+                let committed = w.fsync(&self.store);
+                self.after_commit(&w, &committed);
+                committed?;
+                Ok(())
+            }
+            Some(Handle::File(f)) => f
+                .sync_all()
+                .map_err(|e| FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO))),
+            _ => Ok(()),
+        }
+    }
+
+    fn after_commit(&self, w: &Writer, result: &FsResult<Committed>) {
+        if let Ok(Committed::Batch) = result {
+            self.committed_in(&w.session_dir());
+            self.invalidate_attrs(w.ino);
+        }
+    }
+
+    /// Commits the writers whose batch window has expired (called by the
+    /// mount's committer thread).
+    pub fn commit_due(&self) {
+        let writers: Vec<Arc<Writer>> = self
+            .handles
+            .lock()
+            .values()
+            .filter_map(|h| match h {
+                Handle::Writer(w) => Some(Arc::clone(w)),
+                _ => None,
+            })
+            .collect();
+        for w in writers {
+            if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
+                self.committed_in(&w.session_dir());
+                self.invalidate_attrs(w.ino);
+            }
+        }
+    }
+
+    /// A commit made `session_dir` (and its project) real on disk.
+    fn committed_in(&self, session_dir: &Path) {
+        let mut dirs = self.virtual_dirs.lock();
+        dirs.remove(session_dir);
+        if let Some(project) = session_dir.parent() {
+            dirs.remove(project);
+        }
+    }
+
+    /// Creates on disk the virtual directories on the way to `dir` (mode
+    /// 0700), when another entry is created in a virtual session directory.
+    fn materialize_dirs(&self, dir: &Path) -> FsResult<()> {
+        let mut prefix = PathBuf::new();
+        for part in dir.iter() {
+            prefix.push(part);
+            if self.is_virtual(&prefix) {
+                let path = self.store.backing_path(&prefix);
+                match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io_errno(&path, "mkdir", e)),
+                }
+                self.virtual_dirs.lock().remove(&prefix);
+            }
+        }
+        Ok(())
+    }
+
+    /// `mkdir`: a project or session directory is virtual (MOUNT.md,
+    /// Creating a session); inside a session it is passed through.
+    ///
+    /// Errors: EEXIST; EINVAL for a name that is not canonical;
+    /// ENAMETOOLONG for an id whose encoded name exceeds 244 bytes.
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
+        let (parent_path, parent_node) = self.node(parent)?;
+        let child_path = parent_path.join(name);
+        if self.lookup(parent, name).is_ok() || self.is_virtual(&child_path) {
+            return Err(FsError::Errno(libc::EEXIST));
+        }
+        let text = name.to_string_lossy();
+        let node = match parent_node {
+            Node::Root => {
+                if !is_project_dir_name(&text) || text.as_bytes() != name.as_bytes() {
+                    log::warn!("mkdir {text:?} refused: a project directory is named --<project key>-- or _no-cwd");
+                    return Err(FsError::Errno(libc::EINVAL));
+                }
+                Node::Project {
+                    project: name.to_os_string(),
+                }
+            }
+            Node::Project { project } => {
+                let id = decode_id(&text).map_err(|e| {
+                    log::warn!("mkdir {text:?} refused: {e}");
+                    FsError::Errno(libc::EINVAL)
+                })?;
+                check_creatable_id(&id).map_err(|e| {
+                    log::warn!("mkdir {text:?} refused: {e}");
+                    FsError::from(e)
+                })?;
+                Node::Session {
+                    project,
+                    session: name.to_os_string(),
+                }
+            }
+            Node::Session { .. } | Node::Passthrough { .. } => {
+                self.materialize_dirs(&parent_path)?;
+                let path = self.store.backing_path(&child_path);
+                std::fs::DirBuilder::new()
+                    .mode(mode & 0o7777)
+                    .create(&path)
+                    .map_err(|e| io_errno(&path, "mkdir", e))?;
+                return self.lookup(parent, name);
+            }
+            _ => return Err(FsError::Errno(libc::EPERM)),
+        };
+        self.virtual_dirs.lock().insert(child_path.clone());
+        let ino = self.inodes.ino_for(child_path, node);
+        self.getattr(ino)
+    }
+
+    /// `unlink`: transcripts and flat artifacts are never removed (EPERM);
+    /// session-owned files are passed through.
+    ///
+    /// Errors: EPERM; the backing `unlink(2)` error.
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let (parent_path, parent_node) = self.node(parent)?;
+        let child_path = parent_path.join(name);
+        match parent_node {
+            Node::Session { .. } if is_store_owned_name(name) => Err(eperm(format!(
+                "unlink of {} refused: transcripts are append-only and never removed through the mount",
+                child_path.display()
+            ))),
+            Node::Session { .. } | Node::Passthrough { .. } => {
+                let path = self.store.backing_path(&child_path);
+                std::fs::remove_file(&path).map_err(|e| io_errno(&path, "unlink", e))
+            }
+            _ => Err(eperm(format!("unlink of {} refused: not a session-owned file", child_path.display()))),
+        }
+    }
+
+    /// `rmdir`: a virtual directory is forgotten; a real one is removed
+    /// when empty (one holding a transcript never is).
+    ///
+    /// Errors: ENOTEMPTY, and the backing `rmdir(2)` error.
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let (parent_path, parent_node) = self.node(parent)?;
+        let child_path = parent_path.join(name);
+        if self.is_virtual(&child_path) {
+            let has_children = self
+                .virtual_dirs
+                .lock()
+                .iter()
+                .any(|p| p.parent() == Some(&child_path));
+            if has_children {
+                return Err(FsError::Errno(libc::ENOTEMPTY));
+            }
+            self.virtual_dirs.lock().remove(&child_path);
+            return Ok(());
+        }
+        if matches!(parent_node, Node::ById) {
+            return Err(FsError::Errno(libc::EPERM));
+        }
+        let path = self.store.backing_path(&child_path);
+        std::fs::remove_dir(&path).map_err(|e| io_errno(&path, "rmdir", e))
+    }
+
+    /// `rename`: only session-owned entries move; the transcript, project
+    /// and session directories never do (EPERM), so no session becomes
+    /// misplaced and nothing committed is replaced.
+    ///
+    /// Errors: EPERM; the backing `rename(2)` error.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        new_parent: u64,
+        new_name: &OsStr,
+    ) -> FsResult<()> {
+        let (from_dir, from_node) = self.node(parent)?;
+        let (to_dir, to_node) = self.node(new_parent)?;
+        let in_session = |n: &Node| matches!(n, Node::Session { .. } | Node::Passthrough { .. });
+        let owned =
+            |n: &Node, name: &OsStr| matches!(n, Node::Session { .. }) && is_store_owned_name(name);
+        if !in_session(&from_node)
+            || !in_session(&to_node)
+            || owned(&from_node, name)
+            || owned(&to_node, new_name)
+        {
+            return Err(eperm(format!(
+                "rename of {} to {} refused: transcripts, sessions and projects cannot be \
+                 renamed through the mount",
+                from_dir.join(name).display(),
+                to_dir.join(new_name).display()
+            )));
+        }
+        self.materialize_dirs(&to_dir)?;
+        let from = self.store.backing_path(&from_dir.join(name));
+        let to = self.store.backing_path(&to_dir.join(new_name));
+        std::fs::rename(&from, &to).map_err(|e| io_errno(&from, "rename", e))
+    }
+
+    /// `setattr`: a transcript's size cannot change (EPERM unless it is
+    /// the current size: `>` on an empty new file is allowed); its mode and
+    /// times apply to the backing file. Passed-through entries take every
+    /// change.
+    ///
+    /// Errors: EPERM; the backing call's error.
+    pub fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+        atime: Option<SystemTime>,
+    ) -> FsResult<Attr> {
+        let (path, node) = self.node(ino)?;
+        let backing = match &node {
+            Node::Transcript { project, session } => {
+                if let Some(size) = size {
+                    let current = self.getattr(ino)?.size;
+                    if size != current {
+                        return Err(eperm(format!(
+                            "truncate of {} to {size} bytes refused: transcripts are append-only",
+                            path.display()
+                        )));
+                    }
+                }
+                match self.store.transcript(project, session) {
+                    Ok(t) => Some(t.path().to_path_buf()),
+                    Err(StoreError::NotFound { .. }) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Node::Passthrough { rel } => {
+                let p = self.store.backing_path(rel);
+                if let Some(size) = size {
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&p)
+                        .map_err(|e| io_errno(&p, "open", e))?;
+                    f.set_len(size).map_err(|e| io_errno(&p, "truncate", e))?;
+                }
+                Some(p)
+            }
+            Node::Project { .. } | Node::Session { .. } if !self.is_virtual(&path) => {
+                Some(self.store.backing_path(&path))
+            }
+            _ => None,
+        };
+        if let Some(p) = backing {
+            if let Some(mode) = mode {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & 0o7777))
+                    .map_err(|e| io_errno(&p, "chmod", e))?;
+            }
+            if mtime.is_some() || atime.is_some() {
+                let f = std::fs::File::options()
+                    .write(false)
+                    .read(true)
+                    .open(&p)
+                    .map_err(|e| io_errno(&p, "open", e))?;
+                let mut times = std::fs::FileTimes::new();
+                if let Some(t) = mtime {
+                    times = times.set_modified(t);
+                }
+                if let Some(t) = atime {
+                    times = times.set_accessed(t);
+                }
+                f.set_times(times).map_err(|e| io_errno(&p, "utimes", e))?;
+            }
+        }
+        self.getattr(ino)
+    }
+
+    /// Names that the mount never lets a writer use, for the adapter.
+    pub fn is_store_owned(name: &OsStr) -> bool {
+        is_store_owned_name(name)
+    }
+}
+
+/// Appending writes for a shared file handle.
+trait WriteAllAppend {
+    fn write_all_append(self, data: &[u8]) -> std::io::Result<()>;
+}
+
+impl WriteAllAppend for &std::fs::File {
+    fn write_all_append(mut self, data: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(&mut self, data)
+    }
+}
+
+#[allow(dead_code)]
+fn unused(_: OsString) {}

@@ -1,0 +1,347 @@
+//! Appends through the mount: per-handle buffering of written bytes into
+//! complete lines, checks on arrival and at commit, and commits of one
+//! frame per batch (MOUNT.md, Appending and Creating a session).
+//!
+//! A [`Writer`] belongs to one open file handle of a `session.jsonl`. Bytes
+//! are split into lines as they arrive; every complete line is checked
+//! against the committed tail plus the lines still pending on the handle,
+//! and a write request holding a bad line is refused whole (EINVAL).
+//! Pending lines are committed at fsync, at flush (close), when the batch
+//! window expires, and at release; a batch that another writer made stale
+//! is dropped and the handle's next write, flush or fsync fails (EINVAL).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::store::append::{append_with, TailHint};
+use crate::store::lines::{split_complete, SeqCursor};
+use crate::store::naming::{decode_id, project_dir_name};
+use crate::store::publish::publish_session;
+use crate::store::{Store, StoreError};
+
+use super::fs::{FsError, FsResult};
+
+/// The pending state of one writing handle.
+struct Pending {
+    /// Complete lines accepted but not yet committed.
+    lines: Vec<u8>,
+    /// An incomplete last line, waiting for the rest of it.
+    partial: Vec<u8>,
+    /// `seq` continuity after the committed tail and `lines`.
+    cursor: SeqCursor,
+    /// When the oldest uncommitted line arrived (the batch window's start).
+    since: Option<Instant>,
+    /// An error the next write, flush or fsync reports (a batch dropped or
+    /// a commit failed in the background).
+    failed: Option<i32>,
+    /// Whether the transcript exists on disk (else the first commit
+    /// publishes a new session).
+    published: bool,
+    /// Where the last append ended, so the next one walks only new frames.
+    hint: Option<TailHint>,
+}
+
+/// One open, writable `session.jsonl`.
+pub struct Writer {
+    /// The mount's inode of the transcript.
+    pub ino: u64,
+    project: OsString,
+    session: OsString,
+    /// Opened with O_APPEND: the offset of every write is ignored.
+    append_only: bool,
+    pending: Mutex<Pending>,
+}
+
+/// What a commit changed, for the caller to tell the kernel.
+pub enum Committed {
+    /// Nothing was pending.
+    Nothing,
+    /// A batch was written (or a session published).
+    Batch,
+}
+
+fn einval(what: String) -> FsError {
+    log::warn!("{what}");
+    FsError::Errno(libc::EINVAL)
+}
+
+impl Writer {
+    /// A writer for `project/session`'s transcript. The committed tail is
+    /// read now so that lines can be checked as they arrive.
+    ///
+    /// Errors: the store's error when the existing transcript cannot be
+    /// validated or continued.
+    pub fn open(
+        store: &Store,
+        ino: u64,
+        project: OsString,
+        session: OsString,
+        append_only: bool,
+    ) -> FsResult<Writer> {
+        let (cursor, published) = match store.transcript(&project, &session) {
+            Ok(t) => (SeqCursor::after(t.next_seq()?), true),
+            Err(StoreError::NotFound { .. }) => (SeqCursor::new_session(), false),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Writer {
+            ino,
+            project,
+            session,
+            append_only,
+            pending: Mutex::new(Pending {
+                lines: Vec::new(),
+                partial: Vec::new(),
+                cursor,
+                since: None,
+                failed: None,
+                published,
+                hint: None,
+            }),
+        })
+    }
+
+    /// The session directory, relative to the root.
+    pub fn session_dir(&self) -> PathBuf {
+        Path::new(&self.project).join(&self.session)
+    }
+
+    /// Whether this writer has not yet published its new session.
+    pub fn is_unpublished(&self) -> bool {
+        !self.pending.lock().published
+    }
+
+    /// Accepts `data` written at `offset` (ignored for O_APPEND handles or
+    /// when `append` is set); `committed_len` is the transcript's committed
+    /// length. Returns the bytes taken (all of them).
+    ///
+    /// Errors: EPERM for a write that is not at the end (inside committed
+    /// data or past it); EINVAL when a complete line is not one valid JSON
+    /// object continuing `seq` (nothing is taken), or when an earlier batch
+    /// of this handle was dropped; a commit's error when the batch window
+    /// is 0.
+    pub fn write(
+        &self,
+        store: &Store,
+        offset: u64,
+        data: &[u8],
+        append: bool,
+        committed_len: u64,
+        batch_window: Duration,
+    ) -> FsResult<u32> {
+        let mut p = self.pending.lock();
+        if let Some(errno) = p.failed.take() {
+            return Err(FsError::Errno(errno));
+        }
+        let end = committed_len + (p.lines.len() + p.partial.len()) as u64;
+        if !(self.append_only || append) && offset != end {
+            log::warn!(
+                "write to {}/session.jsonl at offset {offset} refused: the transcript is \
+                 append-only and ends at {end}; open it with O_APPEND (>>) to append",
+                self.session_dir().display()
+            );
+            return Err(FsError::Errno(libc::EPERM));
+        }
+        let mut joined = Vec::with_capacity(p.partial.len() + data.len());
+        joined.extend_from_slice(&p.partial);
+        joined.extend_from_slice(data);
+        let (complete, rest) = split_complete(&joined);
+        let mut cursor = p.cursor;
+        let checked = cursor.check_batch(complete).map_err(|e| {
+            einval(format!(
+                "write to {}/session.jsonl refused: {}",
+                self.session_dir().display(),
+                e.into_store(&store.backing_path(&self.session_dir())),
+            ))
+        })?;
+        if let Some(header) = &checked.header {
+            self.check_header(store, &header.id, header.cwd.as_deref())?;
+        }
+        p.lines.extend_from_slice(complete);
+        p.partial = rest.to_vec();
+        p.cursor = cursor;
+        if !p.lines.is_empty() && p.since.is_none() {
+            p.since = Some(Instant::now());
+        }
+        if batch_window.is_zero() {
+            self.commit_locked(store, &mut p)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// A new session's header must name this directory: its id decodes
+    /// from the directory name and its cwd derives the project directory.
+    fn check_header(&self, store: &Store, id: &str, cwd: Option<&str>) -> FsResult<()> {
+        let dir_id = decode_id(&self.session.to_string_lossy()).ok();
+        let project = project_dir_name(cwd).ok();
+        if dir_id.as_deref() != Some(id)
+            || project.as_deref().map(OsString::from) != Some(self.project.clone())
+        {
+            return Err(einval(format!(
+                "header refused for {}: its id {id:?} and cwd {cwd:?} identify {}/{}, not this \
+                 directory; write the header of this session (id = the directory's decoded name)",
+                store.backing_path(&self.session_dir()).display(),
+                project.unwrap_or_default(),
+                crate::store::naming::encode_id(id).unwrap_or_default(),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Commits what is pending (fsync).
+    ///
+    /// Errors: the error reported by an earlier background commit, or this
+    /// commit's (EINVAL when the batch no longer continues the transcript
+    /// and was dropped; EEXIST when a session with this id appeared; EIO,
+    /// ENOSPC: the batch stays pending and a later fsync retries it).
+    pub fn fsync(&self, store: &Store) -> FsResult<Committed> {
+        let mut p = self.pending.lock();
+        if let Some(errno) = p.failed.take() {
+            return Err(FsError::Errno(errno));
+        }
+        self.commit_locked(store, &mut p)
+    }
+
+    /// Commits at `flush` (close of a descriptor).
+    ///
+    /// Errors: as [`Writer::fsync`]; EINVAL when an incomplete line is left
+    /// pending (it stays pending: a later write may complete it).
+    pub fn flush(&self, store: &Store) -> FsResult<Committed> {
+        let mut p = self.pending.lock();
+        if let Some(errno) = p.failed.take() {
+            return Err(FsError::Errno(errno));
+        }
+        let committed = self.commit_locked(store, &mut p)?;
+        if !p.partial.is_empty() {
+            return Err(einval(format!(
+                "close of {}/session.jsonl with an incomplete last line ({} bytes without a \
+                 final newline); it is not stored: end every line with \\n",
+                self.session_dir().display(),
+                p.partial.len()
+            )));
+        }
+        Ok(committed)
+    }
+
+    /// Commits at `release`: the last chance, whose errors reach no one
+    /// but the log. An incomplete line is dropped and logged.
+    pub fn release(&self, store: &Store) -> Committed {
+        let mut p = self.pending.lock();
+        let committed = match self.commit_locked(store, &mut p) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!(
+                    "{} uncommitted bytes of {}/session.jsonl lost at release: errno {}",
+                    p.lines.len(),
+                    self.session_dir().display(),
+                    e.errno()
+                );
+                Committed::Nothing
+            }
+        };
+        if !p.partial.is_empty() {
+            log::warn!(
+                "{} bytes of an incomplete last line of {}/session.jsonl dropped at release \
+                 (no final newline); they are not stored",
+                p.partial.len(),
+                self.session_dir().display()
+            );
+            p.partial.clear();
+        }
+        committed
+    }
+
+    /// Commits when the batch window has expired; an error is kept for the
+    /// handle's next write, flush or fsync.
+    pub fn commit_if_due(&self, store: &Store, window: Duration) -> Committed {
+        let mut p = self.pending.lock();
+        let due = p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window);
+        if !due {
+            return Committed::Nothing;
+        }
+        match self.commit_locked(store, &mut p) {
+            Ok(c) => c,
+            Err(e) => {
+                p.failed = Some(e.errno());
+                Committed::Nothing
+            }
+        }
+    }
+
+    fn commit_locked(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
+        if p.lines.is_empty() {
+            return Ok(Committed::Nothing);
+        }
+        let batch = std::mem::take(&mut p.lines);
+        p.since = None;
+        let result = if p.published {
+            self.append(store, p, &batch)
+        } else {
+            self.publish(store, p, &batch)
+        };
+        match result {
+            Ok(()) => Ok(Committed::Batch),
+            Err(
+                e @ (StoreError::SeqConflict { .. }
+                | StoreError::InvalidLine { .. }
+                | StoreError::AlreadyExists { .. }),
+            ) => {
+                // Another writer got there first: the batch is dropped whole
+                // and the handle continues from the real tail.
+                log::warn!(
+                    "batch of {}/session.jsonl dropped: {e}",
+                    self.session_dir().display()
+                );
+                p.failed = Some(e.errno());
+                if let Ok(t) = store.transcript(&self.project, &self.session) {
+                    if let Ok(next) = t.next_seq() {
+                        p.cursor = SeqCursor::after(next);
+                        p.published = true;
+                    }
+                }
+                Err(FsError::Errno(p.failed.take().unwrap_or(libc::EINVAL)))
+            }
+            Err(e) => {
+                // The write failed and was rolled back: keep the batch, so
+                // that the writer's retry (fsync) commits it.
+                log::warn!(
+                    "commit of {}/session.jsonl failed: {e}",
+                    self.session_dir().display()
+                );
+                let mut restored = batch;
+                restored.extend_from_slice(&p.lines);
+                p.lines = restored;
+                p.since = Some(Instant::now());
+                Err(e.into())
+            }
+        }
+    }
+
+    fn append(&self, store: &Store, p: &mut Pending, batch: &[u8]) -> Result<(), StoreError> {
+        let path = store
+            .backing_path(&self.session_dir())
+            .join(store.encoding().file_name());
+        let outcome = append_with(&path, store.encoding(), p.hint.as_ref(), |tail| {
+            // Re-checked under the lock against the real tail.
+            SeqCursor::after(tail.next_seq)
+                .check_batch(batch)
+                .map_err(|e| e.into_store(&path))?;
+            Ok(batch.to_vec())
+        })?;
+        p.hint = Some(outcome.hint);
+        Ok(())
+    }
+
+    fn publish(&self, store: &Store, p: &mut Pending, batch: &[u8]) -> Result<(), StoreError> {
+        let (header, rest) = match batch.iter().position(|&b| b == b'\n') {
+            Some(i) => batch.split_at(i + 1),
+            None => (batch, &[][..]),
+        };
+        publish_session(store.root(), store.encoding(), header, rest)?;
+        p.published = true;
+        p.hint = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,186 @@
+//! The end of a committed transcript: its last complete line, from which
+//! the next expected `seq` follows (see [`super::lines`]).
+//!
+//! Source: FORMAT.md ("Event lines", "Writing": Continuity). Only complete
+//! frames (zstd) or complete lines (raw) are committed; a torn tail is not
+//! part of the transcript.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::error::{Result, StoreError};
+use super::frame::{decode_frame, FrameError, FrameInfo, FrameKind, ReadAt};
+use super::index::{read_frame, FrameIndex};
+use super::lines::next_seq_after_line;
+
+fn frame_error(path: &Path, e: FrameError) -> StoreError {
+    match e {
+        FrameError::Io(source) => StoreError::io("read", path, source),
+        FrameError::Corrupt { offset, reason } => StoreError::corrupt(path, offset, reason),
+    }
+}
+
+/// The last line (with its `\n`) of the last non-empty data frame among
+/// `frames` (file order), and that frame's offset; `None` when every frame
+/// is empty. Frames whose header says they are empty are not decoded.
+///
+/// Errors: [`StoreError::Corrupt`] when the frame fails its checksum or
+/// decoding, or does not end with a complete line; [`StoreError::Io`].
+pub fn last_line_of_frames<R: ReadAt + ?Sized>(
+    path: &Path,
+    src: &R,
+    frames: &[FrameInfo],
+) -> Result<Option<(Vec<u8>, u64)>> {
+    for info in frames.iter().rev() {
+        let FrameKind::Data { content_size, .. } = info.kind else {
+            continue;
+        };
+        if content_size == Some(0) {
+            continue;
+        }
+        let bytes = read_frame(src, info).map_err(|e| frame_error(path, e))?;
+        let mut plain = decode_frame(&bytes, info).map_err(|e| frame_error(path, e))?;
+        if plain.is_empty() {
+            continue;
+        }
+        if plain.last() != Some(&b'\n') {
+            return Err(StoreError::corrupt(
+                path,
+                info.offset,
+                "complete frame ends inside a line",
+            ));
+        }
+        let body = &plain[..plain.len() - 1];
+        let start = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        plain.drain(..start);
+        return Ok(Some((plain, info.offset)));
+    }
+    Ok(None)
+}
+
+/// The last complete line (with its `\n`) of a zstd transcript whose
+/// frame index is `index`: the last line of its last non-empty frame.
+/// `None` when the index holds no non-empty frame.
+///
+/// Errors: as [`last_line_of_frames`].
+pub fn last_complete_line(path: &Path, file: &File, index: &FrameIndex) -> Result<Option<Vec<u8>>> {
+    let frames: Vec<FrameInfo> = index
+        .frames()
+        .iter()
+        .filter(|f| f.plain_len > 0)
+        .map(|f| f.info)
+        .collect();
+    Ok(last_line_of_frames(path, file, &frames)?.map(|(line, _)| line))
+}
+
+/// Position of the last `\n` strictly before byte `before` of `file`.
+pub fn prev_newline(file: &File, before: u64) -> io::Result<Option<u64>> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut end = before;
+    let mut buf = vec![0u8; CHUNK.min(before) as usize];
+    while end > 0 {
+        let start = end.saturating_sub(CHUNK);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.read_exact_at(chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(start + i as u64));
+        }
+        end = start;
+    }
+    Ok(None)
+}
+
+/// The last complete line (with its `\n`) of a raw transcript whose first
+/// `end` bytes are complete lines (`end` is 0 or follows a `\n`).
+///
+/// Errors: [`StoreError::Io`].
+pub fn last_raw_line(path: &Path, file: &File, end: u64) -> Result<Option<Vec<u8>>> {
+    if end == 0 {
+        return Ok(None);
+    }
+    let start = prev_newline(file, end - 1)
+        .map_err(|e| StoreError::io("read", path, e))?
+        .map_or(0, |i| i + 1);
+    let mut line = vec![0u8; (end - start) as usize];
+    file.read_exact_at(&mut line, start)
+        .map_err(|e| StoreError::io("read", path, e))?;
+    Ok(Some(line))
+}
+
+/// The next expected `seq` after the committed transcript whose last line
+/// is `last_line` (with or without its `\n`): 0 after the header.
+/// `offset` is where that line's frame (or the line) starts, for the error.
+///
+/// Errors: [`StoreError::HeaderLess`] when there is no line at all;
+/// [`StoreError::Corrupt`] when the last line is not a valid record.
+pub fn next_seq_from_last_line(path: &Path, last_line: Option<&[u8]>, offset: u64) -> Result<u64> {
+    let Some(line) = last_line else {
+        return Err(StoreError::header_less(
+            path,
+            "the transcript holds no line",
+        ));
+    };
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    next_seq_after_line(line).map_err(|why| {
+        StoreError::corrupt(
+            path,
+            offset,
+            format!("the last committed line cannot be continued: {why}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::frame::encode_frame;
+    use std::io::Write;
+
+    #[test]
+    fn last_line_skips_empty_frames() {
+        let mut bytes = Vec::new();
+        for part in [
+            &b"h\n"[..],
+            b"{\"type\":\"x\",\"seq\":0}\n{\"type\":\"x\",\"seq\":1}\n",
+            b"",
+        ] {
+            bytes.extend(encode_frame(part).unwrap());
+        }
+        let mut index = FrameIndex::new();
+        let mut decoded = 0;
+        index
+            .extend(&bytes[..], bytes.len() as u64, &mut decoded)
+            .unwrap();
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&bytes).unwrap();
+        let file = File::open(tmp.path()).unwrap();
+        let line = last_complete_line(tmp.path(), &file, &index).unwrap();
+        assert_eq!(line.as_deref(), Some(&b"{\"type\":\"x\",\"seq\":1}\n"[..]));
+        let next = next_seq_from_last_line(tmp.path(), line.as_deref(), 0).unwrap();
+        assert_eq!(next, 2);
+    }
+
+    #[test]
+    fn raw_last_line() {
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        let long = format!(
+            "{{\"type\":\"x\",\"seq\":7,\"pad\":\"{}\"}}\n",
+            "p".repeat(200_000)
+        );
+        tmp.write_all(b"{\"a\":1}\n").unwrap();
+        tmp.write_all(long.as_bytes()).unwrap();
+        let file = File::open(tmp.path()).unwrap();
+        let end = file.metadata().unwrap().len();
+        let line = last_raw_line(tmp.path(), &file, end).unwrap().unwrap();
+        assert_eq!(line, long.as_bytes());
+        assert_eq!(
+            next_seq_from_last_line(tmp.path(), Some(&line), 0).unwrap(),
+            8
+        );
+        let first = last_raw_line(tmp.path(), &file, 8).unwrap().unwrap();
+        assert_eq!(first, b"{\"a\":1}\n");
+        assert!(last_raw_line(tmp.path(), &file, 0).unwrap().is_none());
+    }
+}
