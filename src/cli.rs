@@ -134,6 +134,31 @@ Examples:
 
 {EXIT_CODES}"))]
     Key(KeyArgs),
+
+    /// Verify transcripts fully (every frame decoded, checksums verified)
+    /// and report torn tails, skippable frames and corruption; with
+    /// --repair, truncate a torn last frame (the only repair there is).
+    #[command(after_help = format!("\
+Examples:
+  sessionfs check ~/.dsh/sessions
+  sessionfs check --repair ~/.dsh/sessions/--home-alice-work-app--/3f6c1d2e/session.jsonl.zstd
+
+PATH is a transcript (session.jsonl.zstd) or a root (every transcript under it).
+Stop every writer of a session before repairing it. Corrupt frames are never
+repaired: restore the file from a backup.
+Exit codes: 0 every transcript is clean (or was repaired), 1 a problem remains,
+2 usage error."))]
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// A transcript file, or a root whose transcripts are all checked.
+    path: PathBuf,
+    /// Truncate a torn last frame (incomplete write) so that appends work
+    /// again. Nothing else is changed.
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -249,7 +274,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 
 /// Names that are subcommands or top-level flags: anything else in first
 /// position is the mount(8) helper form `sessionfs ROOT MOUNTPOINT -o …`.
-const SUBCOMMANDS: [&str; 6] = ["mount", "list", "locate", "cat", "key", "help"];
+const SUBCOMMANDS: [&str; 7] = ["mount", "list", "locate", "cat", "key", "check", "help"];
 
 /// Inserts `mount` when invoked in the mount(8) helper form.
 fn with_implicit_mount(mut args: Vec<OsString>) -> Vec<OsString> {
@@ -314,6 +339,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::Locate(args) => cmd_locate(args),
         Command::Cat(args) => cmd_cat(args),
         Command::Key(args) => cmd_key(args),
+        Command::Check(args) => cmd_check(args),
     };
     ExitCode::from(code)
 }
@@ -384,6 +410,64 @@ fn cmd_mount(args: MountArgs) -> u8 {
         Ok(()) => EXIT_OK,
         Err(e) => fail(e),
     }
+}
+
+fn cmd_check(args: CheckArgs) -> u8 {
+    use crate::store::check::{check_transcript, transcripts_under};
+    let paths = if args.path.is_dir() {
+        transcripts_under(&args.path)
+    } else {
+        vec![args.path.clone()]
+    };
+    let mut code = EXIT_OK;
+    for path in paths {
+        match check_transcript(&path, args.repair) {
+            Ok(r) => {
+                let mut notes: Vec<String> = r.problems.clone();
+                if let Some(at) = r.torn_at {
+                    notes.push(if r.repaired {
+                        format!("torn last frame at byte {at}: truncated (repaired)")
+                    } else {
+                        format!("torn last frame at byte {at}: run with --repair to truncate it")
+                    });
+                }
+                for at in &r.skippable {
+                    notes.push(format!(
+                        "skippable frame at byte {at}: the reference refuses it; sessionfs skips it"
+                    ));
+                }
+                let ok = r.problems.is_empty() && (r.torn_at.is_none() || r.repaired);
+                if !ok {
+                    code = EXIT_ERROR;
+                }
+                let status = if notes.is_empty() {
+                    "ok"
+                } else if ok {
+                    "repaired"
+                } else {
+                    "PROBLEM"
+                };
+                let mut text = format!(
+                    "{status}\t{}\t{} frames, {} bytes decompressed\n",
+                    path.display(),
+                    r.frames,
+                    r.plain_len
+                );
+                for n in notes {
+                    text.push_str(&format!("\t{n}\n"));
+                }
+                if let Err(e) = io::stdout().lock().write_all(text.as_bytes()) {
+                    let written = output_result(Err(e));
+                    return if code == EXIT_OK { written } else { code };
+                }
+            }
+            Err(e) => {
+                eprintln!("sessionfs: {e}");
+                code = EXIT_ERROR;
+            }
+        }
+    }
+    code
 }
 
 fn cmd_key(args: KeyArgs) -> u8 {

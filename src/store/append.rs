@@ -182,7 +182,7 @@ pub fn append_with(
 
 /// Takes the open-file-description write lock on the whole file, waiting
 /// for other holders (other descriptions: handles, processes, mounts).
-fn lock_whole_file(file: &File) -> io::Result<()> {
+pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {
     // SAFETY: a zeroed `flock` is a valid value; every field is an integer.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = libc::F_WRLCK as libc::c_short;

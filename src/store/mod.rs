@@ -8,6 +8,7 @@ pub mod append;
 pub mod by_id;
 pub mod cache;
 pub mod catalog;
+pub mod check;
 pub mod error;
 pub mod frame;
 pub mod header;
