@@ -8,6 +8,8 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
+use std::hash::{Hash, Hasher};
+use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -40,6 +42,9 @@ fn is_probe_name(name: &OsStr) -> bool {
     let b = name.as_bytes();
     PROBE_NAMES.iter().any(|p| p.as_bytes() == b) || b.starts_with(b".Trash-")
 }
+
+/// Directory listings kept for readdir continuations.
+const LISTINGS_KEPT: usize = 64;
 
 /// An error of a mount operation: a store error (logged with its path and
 /// fix) or a plain errno.
@@ -127,9 +132,6 @@ pub(super) enum Handle {
     Writer(Arc<Writer>),
     /// A passed-through file, opened with the caller's access mode.
     File(Arc<File>),
-    /// A directory listing snapshot taken at opendir, so that offsets stay
-    /// valid while the directory changes.
-    Dir(Arc<Vec<DirEntry>>),
 }
 
 /// The mount's core.
@@ -146,6 +148,9 @@ pub struct SessionFs {
     /// Inodes whose attributes the kernel must drop (sent by a thread
     /// outside the request handlers: MOUNT.md, Details).
     pub(super) invalidate: Mutex<Option<Sender<u64>>>,
+    /// The latest listing of each recently read directory, reused by the
+    /// continuation calls of one readdir pass.
+    listings: Mutex<lru::LruCache<u64, Arc<Vec<(u64, DirEntry)>>>>,
 }
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
@@ -209,6 +214,9 @@ impl SessionFs {
             virtual_dirs: Mutex::new(HashSet::new()),
             batch_window,
             invalidate: Mutex::new(None),
+            listings: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
+            )),
         }
     }
 
@@ -498,10 +506,39 @@ impl SessionFs {
             .collect()
     }
 
-    /// Opens a directory: takes a snapshot of its listing.
+    /// The entries of a directory after position `offset`, each with its
+    /// cookie (the position to resume after it).
+    ///
+    /// Readdir keeps no open-directory state, so the kernel can skip
+    /// opendir and releasedir. Entries are ordered by a hash of their name
+    /// and a cookie is that hash: a position names an entry, not an index,
+    /// so an entry present for the whole listing is returned exactly once
+    /// even while the directory changes (MOUNT.md, Details). The listing
+    /// taken at offset 0 is reused for the continuation calls of the same
+    /// pass, so a directory is read from the disk once per listing.
     ///
     /// Errors: ENOTDIR, and the store's listing errors.
-    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+    pub fn readdir(&self, ino: u64, offset: u64) -> FsResult<Arc<Vec<(u64, DirEntry)>>> {
+        if offset != 0 {
+            if let Some(listing) = self.listings.lock().get(&ino) {
+                return Ok(Arc::clone(listing));
+            }
+        }
+        let mut entries: Vec<(u64, DirEntry)> = self
+            .list(ino)?
+            .into_iter()
+            .map(|e| (cookie_of(&e.name), e))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+        let listing = Arc::new(entries);
+        self.listings.lock().put(ino, Arc::clone(&listing));
+        Ok(listing)
+    }
+
+    /// Every entry of a directory, `.` and `..` included, in no order.
+    ///
+    /// Errors: ENOTDIR, and the store's listing errors.
+    fn list(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
         let (path, node) = self.node(ino)?;
         let mut entries = vec![
             DirEntry {
@@ -588,18 +625,7 @@ impl SessionFs {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         }
-        Ok(self.add_handle(Handle::Dir(Arc::new(entries))))
-    }
-
-    /// The entries of an open directory from position `offset` on; the
-    /// position of entry `i` is `i + 1`.
-    ///
-    /// Errors: EBADF for an unknown handle.
-    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<(Arc<Vec<DirEntry>>, usize)> {
-        match self.handles.lock().get(&fh) {
-            Some(Handle::Dir(entries)) => Ok((Arc::clone(entries), offset as usize)),
-            _ => Err(FsError::Errno(libc::EBADF)),
-        }
+        Ok(entries)
     }
 
     /// The target of a symbolic link.
@@ -694,7 +720,21 @@ impl Handle {
             Handle::Transcript(t) => Handle::Transcript(Arc::clone(t)),
             Handle::Writer(w) => Handle::Writer(Arc::clone(w)),
             Handle::File(f) => Handle::File(Arc::clone(f)),
-            Handle::Dir(d) => Handle::Dir(Arc::clone(d)),
+        }
+    }
+}
+
+/// The readdir cookie of a name: `.` is 1, `..` is 2, any other name a
+/// hash above them (the kernel resumes a listing after the last cookie it
+/// got; 0 means the start).
+fn cookie_of(name: &OsStr) -> u64 {
+    match name.as_bytes() {
+        b"." => 1,
+        b".." => 2,
+        bytes => {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut hasher);
+            hasher.finish().max(3)
         }
     }
 }

@@ -147,6 +147,26 @@ fn keep_freed_memory() {
     }
 }
 
+/// Read-ahead of the mount, in KiB. The kernel caps FUSE read-ahead at
+/// 128 KiB during INIT; sequential reads of transcripts run about 2x faster
+/// with 1 MiB requests (fewer round trips, more frames decoded ahead).
+const READ_AHEAD_KB: u32 = 1024;
+
+/// Raises the mount's read-ahead through its backing device info in sysfs
+/// (root only; best effort: a failure only costs speed).
+fn raise_read_ahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&knob, READ_AHEAD_KB.to_string()) {
+        log::debug!("could not raise read-ahead ({knob}): {e}");
+    }
+}
+
 fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), String> {
     std::thread::Builder::new()
         .name(name.into())
@@ -213,6 +233,7 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     let background = session
         .spawn()
         .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
+    raise_read_ahead(&config.mountpoint);
     if !read_only && !batch_window.is_zero() {
         let core = Arc::clone(&core);
         let tick = batch_window.min(POLL);
