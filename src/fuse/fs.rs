@@ -43,6 +43,9 @@ fn is_probe_name(name: &OsStr) -> bool {
     PROBE_NAMES.iter().any(|p| p.as_bytes() == b) || b.starts_with(b".Trash-")
 }
 
+/// A directory listing in cookie order: `(cookie, entry)` pairs.
+pub type Listing = Arc<Vec<(u64, DirEntry)>>;
+
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
 
@@ -150,7 +153,7 @@ pub struct SessionFs {
     pub(super) invalidate: Mutex<Option<Sender<u64>>>,
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
-    listings: Mutex<lru::LruCache<u64, Arc<Vec<(u64, DirEntry)>>>>,
+    listings: Mutex<lru::LruCache<u64, Listing>>,
 }
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
@@ -518,7 +521,7 @@ impl SessionFs {
     /// pass, so a directory is read from the disk once per listing.
     ///
     /// Errors: ENOTDIR, and the store's listing errors.
-    pub fn readdir(&self, ino: u64, offset: u64) -> FsResult<Arc<Vec<(u64, DirEntry)>>> {
+    pub fn readdir(&self, ino: u64, offset: u64) -> FsResult<Listing> {
         if offset != 0 {
             if let Some(listing) = self.listings.lock().get(&ino) {
                 return Ok(Arc::clone(listing));
