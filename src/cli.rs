@@ -278,21 +278,114 @@ const SUBCOMMANDS: [&str; 7] = ["mount", "list", "locate", "cat", "key", "check"
 
 /// Inserts `mount` when invoked in the mount(8) helper form.
 fn with_implicit_mount(mut args: Vec<OsString>) -> Vec<OsString> {
-    if let Some(first) = args.get(1) {
-        let b = first.as_bytes();
-        let is_subcommand = SUBCOMMANDS.iter().any(|s| s.as_bytes() == b);
-        if !is_subcommand && !b.starts_with(b"-") && args.len() >= 3 {
-            args.insert(1, OsString::from("mount"));
-        }
+    if is_helper_form(&args) {
+        args.insert(1, OsString::from("mount"));
     }
     args
+}
+
+/// Whether `args` is the mount(8) helper form `sessionfs ROOT MOUNTPOINT …`.
+fn is_helper_form(args: &[OsString]) -> bool {
+    args.get(1).is_some_and(|first| {
+        let b = first.as_bytes();
+        let is_subcommand = SUBCOMMANDS.iter().any(|s| s.as_bytes() == b);
+        !is_subcommand && !b.starts_with(b"-") && args.len() >= 3
+    })
+}
+
+/// How long the mount(8) helper form waits for its daemon's mount.
+const DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The mount(8) helper form detaches once the mount is ready, as other
+/// FUSE file systems do (MOUNT.md, Mount options): it starts `sessionfs
+/// mount …` in a new session, waits until MOUNTPOINT is mounted, and exits
+/// 0, or 1 with the daemon's exit status when it failed first.
+fn run_detached(args: Vec<OsString>, mountpoint: &Path) -> u8 {
+    use std::os::unix::process::CommandExt;
+    let Ok(exe) = std::env::current_exe() else {
+        return fail("cannot find the sessionfs executable to start the daemon");
+    };
+    let Ok(mountpoint) = std::path::absolute(mountpoint) else {
+        return fail(format_args!(
+            "mount point {}: cannot make it absolute",
+            mountpoint.display()
+        ));
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(&args[1..]).stdin(std::process::Stdio::null());
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
+    // caller's session so that mount(8) can return.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(format_args!("cannot start the sessionfs daemon: {e}")),
+    };
+    let deadline = std::time::Instant::now() + DETACH_TIMEOUT;
+    loop {
+        if is_mount_point(&mountpoint) {
+            return EXIT_OK;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return fail(format_args!(
+                "the sessionfs daemon exited before mounting ({status})"
+            ));
+        }
+        if std::time::Instant::now() > deadline {
+            return fail(format_args!(
+                "{} was not mounted within {DETACH_TIMEOUT:?}; the daemon (pid {}) is still starting",
+                mountpoint.display(),
+                child.id()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether `path` is a mount point in /proc/self/mountinfo.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.as_os_str().as_bytes();
+    table.lines().any(|line| {
+        line.split(' ')
+            .nth(4)
+            .is_some_and(|field| unescape_mountinfo(field).as_slice() == wanted)
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// Entry point of the `sessionfs` binary: sets up logging (RUST_LOG,
 /// default info), parses the process's arguments and runs the command.
 pub fn main() -> ExitCode {
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .try_init();
+    let _ = env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("info,fuser=error"),
+    )
+    .try_init();
     raise_open_file_limit();
     run(std::env::args_os().collect())
 }
@@ -326,7 +419,9 @@ fn raise_open_file_limit() {
 /// Parses `args` (program name first) and runs the command; returns the
 /// documented exit status.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(with_implicit_mount(args)) {
+    let helper_form = is_helper_form(&args);
+    let args = with_implicit_mount(args);
+    let cli = match Cli::try_parse_from(args.clone()) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -334,6 +429,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         }
     };
     let code = match cli.command {
+        Command::Mount(mount) if helper_form => run_detached(args, &mount.mountpoint),
         Command::Mount(args) => cmd_mount(args),
         Command::List(args) => cmd_list(args),
         Command::Locate(args) => cmd_locate(args),

@@ -193,6 +193,24 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     .map_err(|e| format!("cannot open the session root: {e}"))?;
     recover_stale_mountpoint(&config.mountpoint)?;
     let (mut options, acl, mut read_only) = mount_options(&config);
+    if options.contains(&MountOption::AutoUnmount) {
+        if acl == SessionACL::Owner {
+            return Err(
+                "-o auto_unmount needs allow_root or allow_other as well (fusermount3 \
+                        requires it); add -o allow_root"
+                    .into(),
+            );
+        }
+        let found = std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()));
+        if !found {
+            return Err(
+                "-o auto_unmount needs the fusermount3 helper, which is not on PATH; \
+                        install it (apt-get install fuse3) or drop auto_unmount"
+                    .into(),
+            );
+        }
+    }
     if !read_only {
         if let Err(e) = crate::store::publish::probe_publication_support(&config.root) {
             log::warn!(
