@@ -301,7 +301,14 @@ impl Transcript {
         if sequential && !ahead.is_empty() {
             self.read_ahead(&file, generation, ahead);
         }
-        let mut out = Vec::with_capacity(size as usize);
+        // Reserve what the touched frames hold, not what the caller asked.
+        let available: u64 = frames
+            .iter()
+            .map(|(_, f)| {
+                (end.min(f.plain_offset + f.plain_len)).saturating_sub(offset.max(f.plain_offset))
+            })
+            .sum();
+        let mut out = Vec::with_capacity(available as usize);
         for (number, frame) in frames {
             let plain = decoded_frame(
                 &self.cache,
