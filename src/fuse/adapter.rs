@@ -242,6 +242,228 @@ impl Filesystem for Adapter {
         reply.ok();
     }
 
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every close(2) of a descriptor sends flush, including those of
+        // duplicated descriptors and forked children: pending lines are
+        // committed here so that a reader opening the file after close()
+        // returns sees them, and so that errors reach the writer (release
+        // is asynchronous and its errors reach no one).
+        let r = guarded("flush", || {
+            self.core
+                .flush(fh.0)
+                .map_err(|e| errno_of("flush", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = guarded("fsync", || {
+            self.core
+                .fsync(fh.0)
+                .map_err(|e| errno_of("fsync", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: fuser::ReplyWrite,
+    ) {
+        // The kernel passes its cached size as the offset of an O_APPEND
+        // write, which can be stale (FUSE-NOTES §4c): append at the real end.
+        let append = flags.0 & libc::O_APPEND != 0;
+        let r = guarded("write", || {
+            self.core
+                .write(fh.0, offset, data, append)
+                .map_err(|e| errno_of("write", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        let r = guarded("create", || {
+            self.core
+                .create(parent.0, name, mode, flags)
+                .map_err(|e| errno_of("create", &name.to_string_lossy(), e))
+        });
+        match r {
+            Ok((attr, fh, writer)) => reply.created(
+                &self.ttl,
+                &file_attr(&attr),
+                Generation(0),
+                FileHandle(fh),
+                open_flags(writer),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = guarded("mkdir", || {
+            self.core
+                .mkdir(parent.0, name, mode)
+                .map_err(|e| errno_of("mkdir", &name.to_string_lossy(), e))
+        });
+        match r {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = guarded("unlink", || {
+            self.core
+                .unlink(parent.0, name)
+                .map_err(|e| errno_of("unlink", &name.to_string_lossy(), e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = guarded("rmdir", || {
+            self.core
+                .rmdir(parent.0, name)
+                .map_err(|e| errno_of("rmdir", &name.to_string_lossy(), e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !flags.is_empty() {
+            // RENAME_EXCHANGE / RENAME_NOREPLACE are not passed through.
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        let r = guarded("rename", || {
+            self.core
+                .rename(parent.0, name, newparent.0, newname)
+                .map_err(|e| errno_of("rename", &name.to_string_lossy(), e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        if uid.is_some() || gid.is_some() {
+            // Ownership stays with the backing files.
+            reply.error(Errno::EPERM);
+            return;
+        }
+        let when = |t: Option<fuser::TimeOrNow>| {
+            t.map(|t| match t {
+                fuser::TimeOrNow::SpecificTime(t) => t,
+                fuser::TimeOrNow::Now => std::time::SystemTime::now(),
+            })
+        };
+        let r = guarded("setattr", || {
+            self.core
+                .setattr(ino.0, mode, size, when(mtime), when(atime))
+                .map_err(|e| errno_of("setattr", &format!("inode {}", ino.0), e))
+        });
+        match r {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // ENOSYS tells the kernel not to ask again: no extended attributes.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.core.statfs() {
             Ok(s) => reply.statfs(
