@@ -12,7 +12,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+say() {
+  if [ -t 1 ]; then printf '\n\033[1m$ %s\033[0m\n' "$*"; else printf '\n$ %s\n' "$*"; fi
+}
 
 missing=()
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
@@ -102,34 +104,34 @@ cd "$mnt"
 say "ls    # project directories"
 ls
 
-project=--home-alice-work-app--
-[ -d "$project" ] || project=$(ls | head -n 1)
-say "ls -l $project    # one directory per session"
-ls -l "$project"
-
+# The first readable transcript, preferring the sample store's main project.
 transcript=
-for dir in "$project"/*/; do
-  if [ -f "${dir}session.jsonl" ]; then
-    transcript="${dir}session.jsonl"
+for t in --home-alice-work-app--/*/session.jsonl */*/session.jsonl; do
+  if [ -f "$t" ] && [ -r "$t" ]; then
+    transcript=$t
     break
   fi
 done
-if [ -n "$transcript" ]; then
-  say "ls -l $transcript    # the size is the decompressed length"
-  ls -l "$transcript"
-  say "head -c 400 $transcript | cut -c1-200"
-  head -c 400 "$transcript" | cut -c1-200
-  echo
-  say "tail -n 2 $transcript | cut -c1-200"
-  tail -n 2 "$transcript" | cut -c1-200
-  say "grep -c '\"type\"' $transcript    # lines holding a record"
-  grep -c '"type"' "$transcript" || true
-  say "wc -l $transcript"
-  wc -l "$transcript"
+
+if [ -z "$transcript" ]; then
+  echo "(no readable session.jsonl in $root)"
 else
-  echo "(no transcript found in $project)"
+  project=${transcript%%/*}
+  say "ls -l -- $project    # one directory per session"
+  ls -l -- "$project"
+  say "ls -l -- $transcript    # the size is the decompressed length"
+  ls -l -- "$transcript"
+  say "head -c 400 -- $transcript | cut -c1-200"
+  head -c 400 -- "$transcript" | cut -c1-200
+  echo
+  say "tail -n 2 -- $transcript | cut -c1-200"
+  tail -n 2 -- "$transcript" | cut -c1-200
+  say "grep -c '\"type\"' -- $transcript    # lines holding a record"
+  grep -c '"type"' -- "$transcript" || true
+  say "wc -l -- $transcript"
+  wc -l -- "$transcript"
 fi
-cd - >/dev/null
+cd / # leave the mount, so it can be unmounted
 
 echo
 echo "demo.sh: unmounting"

@@ -35,6 +35,20 @@ if [ ! -d ../shared/corpus ]; then
   exit 1
 fi
 
-# Doc tests first, so the last summary printed is the full suite's.
-cargo test --doc
-cargo test --all-targets "$@"
+# Run everything, then print one closing line with the totals over all test
+# binaries (cargo prints one summary per binary, and the last one may be a
+# binary with no tests).
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+set +e
+{ cargo test --doc && cargo test --all-targets "$@"; } 2>&1 | tee "$out"
+status=${PIPESTATUS[0]}
+set -e
+count() {
+  awk -v word="$1" '/^test result:/ {
+    for (i = 2; i <= NF; i++) if ($i == word ";" || $i == word) n += $(i - 1)
+  } END { print n + 0 }' "$out"
+}
+echo
+echo "tests: $(count passed) passed, $(count failed) failed, $(count ignored) skipped"
+exit "$status"

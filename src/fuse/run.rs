@@ -85,7 +85,10 @@ fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL, bool) {
 /// A mount point left behind by a killed daemon answers ENOTCONN; it is
 /// detached so that the new mount can take its place.
 fn recover_stale_mountpoint(mountpoint: &Path) -> Result<(), String> {
-    match std::fs::metadata(mountpoint) {
+    // Listing needs a live daemon; a stat may come from the kernel's
+    // attribute cache of a dead mount.
+    let probe = std::fs::read_dir(mountpoint).and_then(|_| std::fs::metadata(mountpoint));
+    match probe {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(format!(
             "mount point {} is not a directory",

@@ -370,6 +370,12 @@ impl Mount {
     /// point shows in /proc/self/mountinfo. Panics (with the daemon's log) if
     /// the daemon exits first or the mount does not appear within 20 s.
     pub fn start(root: &Path, extra_args: &[&str]) -> Mount {
+        Mount::start_with_watchdog(root, extra_args, watchdog_duration())
+    }
+
+    /// `start`, with the watchdog set to abort the FUSE connection once the
+    /// mount has been up for `limit` (for tests that legitimately run long).
+    pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: these tests need FUSE (load the `fuse` module or run \
@@ -407,6 +413,8 @@ impl Mount {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_out))
             .stderr(Stdio::from(log));
+        // Keep whatever the daemon caches (frame indexes) out of $HOME.
+        cmd.env("XDG_CACHE_HOME", log_dir.path().join("cache"));
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
@@ -462,7 +470,6 @@ impl Mount {
         }
 
         let path = mount.mnt_path.clone();
-        let limit = watchdog_duration();
         mount.watchdog = Some(thread::spawn(move || {
             let deadline = Instant::now() + limit;
             while Instant::now() < deadline {

@@ -1,0 +1,255 @@
+//! The tree the mount shows (MOUNT.md, "The tree" and "Details"): probe
+//! names, readdir positions that stay valid while a directory changes, a
+//! restart on a mount point left behind by a killed daemon, and the
+//! mount(8) helper form that detaches once mounted.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_errno, copy_tree, corpus_dir, is_mounted, Mount};
+
+fn corpus_copy(case: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&corpus_dir().join(case).join("root"), dir.path());
+    dir
+}
+
+#[test]
+fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
+    let root = corpus_copy("normal");
+    let mount = Mount::start(root.path(), &[]);
+    for name in [
+        ".Trash",
+        ".Trash-1000",
+        ".hidden",
+        ".directory",
+        ".xdg-volume-info",
+        "desktop.ini",
+        "autorun.inf",
+        ".DS_Store",
+        "Thumbs.db",
+    ] {
+        assert_errno(fs::metadata(mount.join(name)), libc::ENOENT, name);
+        assert_errno(
+            fs::metadata(mount.join("--home-alice-work-app--").join(name)),
+            libc::ENOENT,
+            name,
+        );
+    }
+    // Even when the name exists on disk at the project level, it is not
+    // looked for there; inside a session directory it is an ordinary name.
+    fs::write(root.path().join("--home-alice-work-app--/.directory"), b"x").unwrap();
+    assert_errno(
+        fs::metadata(mount.join("--home-alice-work-app--/.directory")),
+        libc::ENOENT,
+        ".directory",
+    );
+    let in_session = mount.join("--home-alice-work-app--/Session-A/.DS_Store");
+    fs::write(&in_session, b"finder").unwrap();
+    assert_eq!(fs::read(&in_session).unwrap(), b"finder");
+    assert_eq!(
+        fs::read(
+            root.path()
+                .join("--home-alice-work-app--/Session-A/.DS_Store")
+        )
+        .unwrap(),
+        b"finder"
+    );
+    mount.stop();
+}
+
+/// Reads a directory in small getdents batches while other entries are
+/// created and removed, and while a second reader lists it from the start.
+#[test]
+fn readdir_returns_every_stable_entry_exactly_once_while_the_directory_changes() {
+    let root = corpus_copy("normal");
+    let dir_rel = "--home-alice-work-app--/Session-A/many";
+    fs::create_dir(root.path().join(dir_rel)).unwrap();
+    for i in 0..3000 {
+        fs::write(
+            root.path().join(dir_rel).join(format!("stable-{i:05}")),
+            b"",
+        )
+        .unwrap();
+    }
+    for i in 0..500 {
+        fs::write(
+            root.path().join(dir_rel).join(format!("doomed-{i:05}")),
+            b"",
+        )
+        .unwrap();
+    }
+    let mount = Mount::start(root.path(), &[]);
+    let dir = mount.join(dir_rel);
+    let script = r#"
+import os, sys
+d = sys.argv[1]
+seen = []
+with os.scandir(d) as it:
+    for n, e in enumerate(it):
+        seen.append(e.name)
+        if n == 200:
+            for i in range(500):
+                os.unlink(os.path.join(d, "doomed-%05d" % i))
+            for i in range(700):
+                open(os.path.join(d, "newborn-%05d" % i), "w").close()
+            os.listdir(d)  # a second pass from the start meanwhile
+print("\n".join(seen))
+"#;
+    let out = Command::new("timeout")
+        .args(["60", "python3", "-c", script])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for name in String::from_utf8(out.stdout).unwrap().lines() {
+        *counts.entry(name.to_string()).or_default() += 1;
+    }
+    for i in 0..3000 {
+        let name = format!("stable-{i:05}");
+        assert_eq!(
+            counts.get(&name),
+            Some(&1),
+            "{name} returned {:?} times",
+            counts.get(&name)
+        );
+    }
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "some entry was returned twice"
+    );
+    mount.stop();
+}
+
+/// A daemon started by hand, killed or stopped by its guard.
+struct Daemon(Option<Child>, PathBuf);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if is_mounted(&self.1) {
+            let _ = Command::new("timeout")
+                .args(["10", "umount", "-l"])
+                .arg(&self.1)
+                .status();
+        }
+    }
+}
+
+fn start_daemon(args: &[&std::ffi::OsStr], mnt: &Path) -> Daemon {
+    let child = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Daemon(Some(child), mnt.to_path_buf())
+}
+
+fn wait_mounted(mnt: &Path, want: bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if is_mounted(mnt) == want {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
+    let root = corpus_copy("normal");
+    let mnt_dir = tempfile::tempdir().unwrap();
+    let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
+    let args = |m: &Path| {
+        vec![
+            std::ffi::OsString::from("mount"),
+            root.path().as_os_str().into(),
+            m.as_os_str().into(),
+        ]
+    };
+    let first_args = args(&mnt);
+    let first_refs: Vec<&std::ffi::OsStr> = first_args.iter().map(|a| a.as_os_str()).collect();
+    let mut first = start_daemon(&first_refs, &mnt);
+    assert!(wait_mounted(&mnt, true), "first mount did not appear");
+    // SIGKILL: no clean unmount; the mount point answers ENOTCONN.
+    let mut child = first.0.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // (A listing needs the daemon; a stat may be answered from the
+    // kernel's attribute cache for a while.)
+    assert_errno(fs::read_dir(&mnt), libc::ENOTCONN, "stale mount point");
+    let second = start_daemon(&first_refs, &mnt);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let readable = loop {
+        if fs::read_dir(&mnt).map(|d| d.count() > 0).unwrap_or(false) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(readable, "the restarted mount does not serve the root");
+    drop(second);
+    drop(first);
+    assert!(wait_mounted(&mnt, false), "mount left behind");
+}
+
+#[test]
+fn mount_helper_form_detaches_once_mounted() {
+    let root = corpus_copy("normal");
+    let mnt_dir = tempfile::tempdir().unwrap();
+    let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
+    let guard = Daemon(None, mnt.clone());
+    let status = Command::new("timeout")
+        .arg("40")
+        .arg(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg(root.path())
+        .arg(&mnt)
+        .args(["-o", "ro,noatime"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "helper form exited {status}");
+    assert!(
+        is_mounted(&mnt),
+        "helper form returned before the mount was ready"
+    );
+    assert!(fs::read(mnt.join("--home-alice-work-app--/Session-A/session.jsonl")).is_ok());
+    assert_errno(
+        fs::write(mnt.join("--home-alice-work-app--/Session-A/x"), b"x"),
+        libc::EROFS,
+        "ro",
+    );
+    // Unmounting ends the detached daemon.
+    let st = Command::new("timeout")
+        .args(["10", "umount"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(wait_mounted(&mnt, false));
+    drop(guard);
+}
