@@ -130,6 +130,17 @@ else
   grep -c '"type"' -- "$transcript" || true
   say "wc -l -- $transcript"
   wc -l -- "$transcript"
+  if [ $# -eq 0 ]; then
+    # The sample store is a scratch copy: show an append through the mount.
+    next=$(tail -n 1 -- "$transcript" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()).get("seq", -1) + 1)')
+    line="{\"type\":\"note/demo\",\"seq\":$next,\"time\":$(date +%s000),\"data\":{\"text\":\"appended through sessionfs\"}}"
+    say "echo '$line' >> $transcript    # one new zstd frame"
+    echo "$line" >> "$transcript"
+    say "tail -n 1 -- $transcript"
+    tail -n 1 -- "$transcript"
+    say "zstd -dc -- $root/${transcript%session.jsonl}session.jsonl.zstd | tail -n 1    # the store itself"
+    zstd -dc -- "$root/${transcript%session.jsonl}session.jsonl.zstd" | tail -n 1
+  fi
 fi
 cd / # leave the mount, so it can be unmounted
 
