@@ -13,7 +13,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, Request,
 };
 
-use super::fs::{Attr, FsError, Kind, SessionFs};
+use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
 
 /// The adapter handed to fuser.
 pub struct Adapter {
@@ -86,13 +86,18 @@ fn errno_of(op: &str, what: &dyn std::fmt::Display, e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
-/// Runs a handler body, turning a panic into EIO instead of a dead event
-/// loop (a panicking handler would otherwise wedge the mount: FUSE-NOTES §3).
-fn guarded<T>(op: &str, body: impl FnOnce() -> Result<T, Errno>) -> Result<T, Errno> {
+/// Runs the core method of operation `op` on `what`, turning its error
+/// into a logged errno, and a panic into EIO instead of a dead event loop
+/// (a panicking handler would otherwise wedge the mount: FUSE-NOTES §3).
+fn call<T>(
+    op: &str,
+    what: &dyn std::fmt::Display,
+    body: impl FnOnce() -> FsResult<T>,
+) -> Result<T, Errno> {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(r) => r,
+        Ok(r) => r.map_err(|e| errno_of(op, what, e)),
         Err(_) => {
-            log::error!("{op}: internal error (panic); replied EIO");
+            log::error!("{op} {what}: internal error (panic); replied EIO");
             Err(Errno::EIO)
         }
     }
@@ -113,10 +118,8 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = guarded("lookup", || {
-            self.core
-                .lookup(parent.0, name)
-                .map_err(|e| errno_of("lookup", &name.to_string_lossy(), e))
+        let r = call("lookup", &name.to_string_lossy(), || {
+            self.core.lookup(parent.0, name)
         });
         match r {
             Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
@@ -125,10 +128,8 @@ impl Filesystem for Adapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = guarded("getattr", || {
-            self.core
-                .getattr(ino.0)
-                .map_err(|e| errno_of("getattr", &format!("inode {}", ino.0), e))
+        let r = call("getattr", &format!("inode {}", ino.0), || {
+            self.core.getattr(ino.0)
         });
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
@@ -137,10 +138,8 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = guarded("readlink", || {
-            self.core
-                .readlink(ino.0)
-                .map_err(|e| errno_of("readlink", &format!("inode {}", ino.0), e))
+        let r = call("readlink", &format!("inode {}", ino.0), || {
+            self.core.readlink(ino.0)
         });
         match r {
             Ok(target) => reply.data(&target),
@@ -149,10 +148,8 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = guarded("open", || {
-            self.core
-                .open(ino.0, flags.0)
-                .map_err(|e| errno_of("open", &format!("inode {}", ino.0), e))
+        let r = call("open", &format!("inode {}", ino.0), || {
+            self.core.open(ino.0, flags.0)
         });
         match r {
             Ok((fh, writer)) => reply.opened(FileHandle(fh), open_flags(writer)),
@@ -171,10 +168,8 @@ impl Filesystem for Adapter {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let r = guarded("read", || {
-            self.core
-                .read(fh.0, offset, size)
-                .map_err(|e| errno_of("read", &format!("inode {} at {offset}", ino.0), e))
+        let r = call("read", &format!("inode {} at {offset}", ino.0), || {
+            self.core.read(fh.0, offset, size)
         });
         match r {
             Ok(data) => reply.data(&data),
@@ -213,10 +208,8 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = guarded("readdir", || {
-            self.core
-                .readdir(ino.0, offset)
-                .map_err(|e| errno_of("readdir", &format!("inode {}", ino.0), e))
+        let r = call("readdir", &format!("inode {}", ino.0), || {
+            self.core.readdir(ino.0, offset)
         });
         match r {
             Ok(entries) => {
@@ -255,10 +248,8 @@ impl Filesystem for Adapter {
         // committed here so that a reader opening the file after close()
         // returns sees them, and so that errors reach the writer (release
         // is asynchronous and its errors reach no one).
-        let r = guarded("flush", || {
-            self.core
-                .flush(fh.0)
-                .map_err(|e| errno_of("flush", &format!("inode {}", ino.0), e))
+        let r = call("flush", &format!("inode {}", ino.0), || {
+            self.core.flush(fh.0)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -274,10 +265,8 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = guarded("fsync", || {
-            self.core
-                .fsync(fh.0)
-                .map_err(|e| errno_of("fsync", &format!("inode {}", ino.0), e))
+        let r = call("fsync", &format!("inode {}", ino.0), || {
+            self.core.fsync(fh.0)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -300,10 +289,8 @@ impl Filesystem for Adapter {
         // The kernel passes its cached size as the offset of an O_APPEND
         // write, which can be stale (FUSE-NOTES §4c): append at the real end.
         let append = flags.0 & libc::O_APPEND != 0;
-        let r = guarded("write", || {
-            self.core
-                .write(fh.0, offset, data, append)
-                .map_err(|e| errno_of("write", &format!("inode {}", ino.0), e))
+        let r = call("write", &format!("inode {}", ino.0), || {
+            self.core.write(fh.0, offset, data, append)
         });
         match r {
             Ok(n) => reply.written(n),
@@ -321,10 +308,8 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: fuser::ReplyCreate,
     ) {
-        let r = guarded("create", || {
-            self.core
-                .create(parent.0, name, mode, flags)
-                .map_err(|e| errno_of("create", &name.to_string_lossy(), e))
+        let r = call("create", &name.to_string_lossy(), || {
+            self.core.create(parent.0, name, mode, flags)
         });
         match r {
             Ok((attr, fh, writer)) => reply.created(
@@ -347,10 +332,8 @@ impl Filesystem for Adapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = guarded("mkdir", || {
-            self.core
-                .mkdir(parent.0, name, mode)
-                .map_err(|e| errno_of("mkdir", &name.to_string_lossy(), e))
+        let r = call("mkdir", &name.to_string_lossy(), || {
+            self.core.mkdir(parent.0, name, mode)
         });
         match r {
             Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
@@ -359,10 +342,8 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = guarded("unlink", || {
-            self.core
-                .unlink(parent.0, name)
-                .map_err(|e| errno_of("unlink", &name.to_string_lossy(), e))
+        let r = call("unlink", &name.to_string_lossy(), || {
+            self.core.unlink(parent.0, name)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -371,10 +352,8 @@ impl Filesystem for Adapter {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = guarded("rmdir", || {
-            self.core
-                .rmdir(parent.0, name)
-                .map_err(|e| errno_of("rmdir", &name.to_string_lossy(), e))
+        let r = call("rmdir", &name.to_string_lossy(), || {
+            self.core.rmdir(parent.0, name)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -397,10 +376,8 @@ impl Filesystem for Adapter {
             reply.error(Errno::EINVAL);
             return;
         }
-        let r = guarded("rename", || {
-            self.core
-                .rename(parent.0, name, newparent.0, newname)
-                .map_err(|e| errno_of("rename", &name.to_string_lossy(), e))
+        let r = call("rename", &name.to_string_lossy(), || {
+            self.core.rename(parent.0, name, newparent.0, newname)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -437,10 +414,9 @@ impl Filesystem for Adapter {
                 fuser::TimeOrNow::Now => std::time::SystemTime::now(),
             })
         };
-        let r = guarded("setattr", || {
+        let r = call("setattr", &format!("inode {}", ino.0), || {
             self.core
                 .setattr(ino.0, mode, size, when(mtime), when(atime))
-                .map_err(|e| errno_of("setattr", &format!("inode {}", ino.0), e))
         });
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),

@@ -255,13 +255,6 @@ fn settled_tail(
     })
 }
 
-fn frame_error(path: &Path, e: FrameError) -> StoreError {
-    match e {
-        FrameError::Io(source) => StoreError::io("read", path, source),
-        FrameError::Corrupt { offset, reason } => StoreError::corrupt(path, offset, reason),
-    }
-}
-
 /// Walks the frames of a zstd transcript of `len` bytes from the hint (or
 /// the start) and derives the next `seq` from the last non-empty frame.
 fn scan_zstd(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Result<Scan> {
@@ -283,7 +276,7 @@ fn scan_zstd(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Res
             Err(FrameError::Corrupt { .. }) if hint.is_some() && frames.is_empty() => {
                 return scan_zstd(path, file, len, None);
             }
-            Err(e) => return Err(frame_error(path, e)),
+            Err(e) => return Err(StoreError::from_frame(path, e)),
         }
     }
     let next_seq = match last_line_of_frames(path, file, &frames)? {

@@ -111,6 +111,17 @@ impl StoreError {
         }
     }
 
+    /// A frame walk or decode failure of `path`: corruption, or the read's
+    /// I/O error.
+    pub fn from_frame(path: &Path, e: super::frame::FrameError) -> Self {
+        match e {
+            super::frame::FrameError::Io(source) => StoreError::io("read", path, source),
+            super::frame::FrameError::Corrupt { offset, reason } => {
+                StoreError::corrupt(path, offset, reason)
+            }
+        }
+    }
+
     /// A header-less or invalid-header transcript.
     pub fn header_less(path: &Path, reason: impl Into<String>) -> Self {
         StoreError::HeaderLess {

@@ -11,16 +11,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::error::{Result, StoreError};
-use super::frame::{decode_frame, FrameError, FrameInfo, FrameKind, ReadAt};
+use super::frame::{decode_frame, FrameInfo, FrameKind, ReadAt};
 use super::index::{read_frame, FrameIndex};
 use super::lines::next_seq_after_line;
-
-fn frame_error(path: &Path, e: FrameError) -> StoreError {
-    match e {
-        FrameError::Io(source) => StoreError::io("read", path, source),
-        FrameError::Corrupt { offset, reason } => StoreError::corrupt(path, offset, reason),
-    }
-}
 
 /// The last line (with its `\n`) of the last non-empty data frame among
 /// `frames` (file order), and that frame's offset; `None` when every frame
@@ -40,8 +33,8 @@ pub fn last_line_of_frames<R: ReadAt + ?Sized>(
         if content_size == Some(0) {
             continue;
         }
-        let bytes = read_frame(src, info).map_err(|e| frame_error(path, e))?;
-        let mut plain = decode_frame(&bytes, info).map_err(|e| frame_error(path, e))?;
+        let bytes = read_frame(src, info).map_err(|e| StoreError::from_frame(path, e))?;
+        let mut plain = decode_frame(&bytes, info).map_err(|e| StoreError::from_frame(path, e))?;
         if plain.is_empty() {
             continue;
         }

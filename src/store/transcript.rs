@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 
 use super::cache::FrameCache;
 use super::error::{Result, StoreError};
-use super::frame::{decode_frame, FrameError};
+use super::frame::decode_frame;
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
@@ -379,8 +379,9 @@ fn decoded_frame(
 ) -> Result<Arc<Vec<u8>>> {
     cache.get_or_decode(key, || {
         frames_decoded.fetch_add(1, Ordering::Relaxed);
-        let bytes = read_frame(file, &frame.info).map_err(|e| frame_error(path, e))?;
-        let plain = decode_frame(&bytes, &frame.info).map_err(|e| frame_error(path, e))?;
+        let bytes = read_frame(file, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
+        let plain =
+            decode_frame(&bytes, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
         if plain.len() as u64 != frame.plain_len {
             return Err(StoreError::corrupt(
                 path,
@@ -401,13 +402,6 @@ fn decoded_frame(
         }
         Ok(plain)
     })
-}
-
-fn frame_error(path: &Path, e: FrameError) -> StoreError {
-    match e {
-        FrameError::Io(source) => StoreError::io("read", path, source),
-        FrameError::Corrupt { offset, reason } => StoreError::corrupt(path, offset, reason),
-    }
 }
 
 /// Saves a zstd index when it has grown by [`MIN_PERSISTED_FRAMES`] since
@@ -457,8 +451,10 @@ fn build_state(
                 };
                 return Err(StoreError::header_less(path, why));
             };
-            let bytes = read_frame(&file, &first.info).map_err(|e| frame_error(path, e))?;
-            let plain = decode_frame(&bytes, &first.info).map_err(|e| frame_error(path, e))?;
+            let bytes =
+                read_frame(&file, &first.info).map_err(|e| StoreError::from_frame(path, e))?;
+            let plain =
+                decode_frame(&bytes, &first.info).map_err(|e| StoreError::from_frame(path, e))?;
             let one_line =
                 plain.last() == Some(&b'\n') && plain.iter().filter(|&&b| b == b'\n').count() == 1;
             if !one_line {
@@ -517,7 +513,7 @@ fn extend_view(
             let mut decoded = 0;
             let r = index.extend(file, file_len, &mut decoded);
             frames_decoded.fetch_add(decoded, Ordering::Relaxed);
-            r.map_err(|e| frame_error(path, e))
+            r.map_err(|e| StoreError::from_frame(path, e))
         }
         View::Raw { plain_len } => {
             *plain_len = last_line_end(file, *plain_len, file_len)
