@@ -228,7 +228,9 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     let mut fuse_config = Config::default();
     fuse_config.mount_options = options;
     fuse_config.acl = acl;
-    fuse_config.n_threads = Some(2);
+    // More request threads than cores: a request may wait for a transcript's
+    // append lock, and the others must still be served meanwhile.
+    fuse_config.n_threads = Some(4);
     fuse_config.clone_fd = true;
 
     let batch_window = Duration::from_millis(config.batch_ms);

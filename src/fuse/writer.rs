@@ -135,6 +135,13 @@ impl Writer {
         if let Some(errno) = p.failed.take() {
             return Err(FsError::Errno(errno));
         }
+        if p.lines.is_empty() && p.published {
+            // Nothing of ours is pending: check against the transcript's
+            // tail as it is now, which other writers may have moved (a
+            // logger holding its descriptor for hours must keep working).
+            let t = store.transcript(&self.project, &self.session)?;
+            p.cursor = SeqCursor::after(t.next_seq()?);
+        }
         let end = committed_len + (p.lines.len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
             log::warn!(
@@ -166,7 +173,10 @@ impl Writer {
             p.since = Some(Instant::now());
         }
         if batch_window.is_zero() {
-            self.commit_locked(store, &mut p)?;
+            if let Err(e) = self.commit_locked(store, &mut p) {
+                p.failed = None; // reported here
+                return Err(e);
+            }
         }
         Ok(data.len() as u32)
     }
@@ -201,16 +211,24 @@ impl Writer {
         if let Some(errno) = p.failed.take() {
             return Err(FsError::Errno(errno));
         }
-        self.commit_locked(store, &mut p)
+        let result = self.commit_locked(store, &mut p);
+        if result.is_err() {
+            p.failed = None; // reported here
+        }
+        result
     }
 
     /// Commits at `flush` (close of a descriptor).
     ///
     /// Errors: as [`Writer::fsync`]; EINVAL when an incomplete line is left
-    /// pending (it stays pending: a later write may complete it).
+    /// pending (it stays pending: a later write may complete it). A dropped
+    /// batch's error stays recorded until a write or fsync reports it.
     pub fn flush(&self, store: &Store) -> FsResult<Committed> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
+        // A failure stays recorded after a flush reports it: the flush may
+        // come from a forked child closing its copy of the descriptor, and
+        // the owner's own fsync, write or close must still see it.
+        if let Some(errno) = p.failed {
             return Err(FsError::Errno(errno));
         }
         let committed = self.commit_locked(store, &mut p)?;
@@ -301,7 +319,7 @@ impl Writer {
                         p.published = true;
                     }
                 }
-                Err(FsError::Errno(p.failed.take().unwrap_or(libc::EINVAL)))
+                Err(FsError::Errno(e.errno()))
             }
             Err(e) => {
                 // The write failed and was rolled back: keep the batch, so

@@ -190,19 +190,41 @@ pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {
     fl.l_start = 0;
     fl.l_len = 0; // to the end of the file, however far it grows
     fl.l_pid = 0; // required for OFD locks
+                  // Polled with a deadline rather than F_OFD_SETLKW: a writer that holds
+                  // the lock forever (stopped, or a forked child that inherited it) must
+                  // not hang the mount's request threads.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut pause = std::time::Duration::from_millis(1);
     loop {
         // SAFETY: `fl` is a valid `flock` that outlives the call, and the
         // descriptor is open for the life of `file`.
-        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLKW, &fl) };
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
         if r == 0 {
             return Ok(());
         }
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) | Some(libc::EACCES) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+            Some(libc::EAGAIN) | Some(libc::EACCES) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "another writer has held the append lock for {LOCK_WAIT:?}; \
+                         retry, or find the stuck writer (fuser -v FILE)"
+                    ),
+                ))
+            }
+            _ => return Err(e),
         }
     }
 }
+
+/// Longest wait for the append lock of a transcript.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Result of one look at the end of the file.
 enum Scan {
