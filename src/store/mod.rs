@@ -41,6 +41,11 @@ pub const VIEW_NAME: &str = "session.jsonl";
 /// descriptor and its frame index); older ones are reopened on demand.
 const OPEN_TRANSCRIPTS: usize = 1024;
 
+/// Indexed frames that the open transcripts may hold in all (about 56
+/// bytes each: some 14 MiB), beyond which the least recently used are
+/// closed.
+const OPEN_FRAMES_BUDGET: usize = 256 * 1024;
+
 /// Options of [`Store::open`].
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -360,9 +365,17 @@ impl Store {
             Arc::clone(&self.cache),
             self.index_dir.clone(),
         )?);
-        self.transcripts
-            .lock()
-            .put(path.to_path_buf(), Arc::clone(&t));
+        let mut open = self.transcripts.lock();
+        open.put(path.to_path_buf(), Arc::clone(&t));
+        // Frame indexes are the memory an open transcript holds: keep their
+        // total under a budget, whatever the number of transcripts.
+        let mut frames: usize = open.iter().map(|(_, t)| t.frame_count()).sum();
+        while frames > OPEN_FRAMES_BUDGET && open.len() > 1 {
+            match open.pop_lru() {
+                Some((_, evicted)) => frames = frames.saturating_sub(evicted.frame_count()),
+                None => break,
+            }
+        }
         Ok(t)
     }
 
