@@ -69,6 +69,13 @@ impl SessionFs {
                 if exists && flags & libc::O_EXCL != 0 {
                     return Err(FsError::Errno(libc::EEXIST));
                 }
+                if exists && flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
+                    return Err(eperm(format!(
+                        "create of {} with O_TRUNC refused: transcripts are append-only; \
+                         use >> (O_APPEND) to add lines",
+                        parent_path.join(name).display()
+                    )));
+                }
                 let append = flags & libc::O_APPEND != 0;
                 let writer = Arc::new(Writer::open(&self.store, ino, project, session, append)?);
                 let fh = self.add_handle(Handle::Writer(writer));
