@@ -169,7 +169,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let r = call("read", &format!("inode {} at {offset}", ino.0), || {
-            self.core.read(fh.0, offset, size)
+            self.core.read(ino.0, fh.0, offset, size)
         });
         match r {
             Ok(data) => reply.data(&data),

@@ -444,16 +444,16 @@ impl SessionFs {
     /// Reads up to `size` bytes at `offset` through an open file handle.
     ///
     /// Errors: EBADF for an unknown handle; EIO for a corrupt frame.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
-            Some(Handle::Transcript(t)) => Ok(t.read(offset, size)?),
+            Some(Handle::Transcript(t)) => self.read_transcript(ino, &t, offset, size),
             Some(Handle::Writer(w)) => {
                 let dir = w.session_dir();
                 let (project, session) = split_session_dir(&dir);
                 match self.store.transcript(project, session) {
-                    Ok(t) => Ok(t.read(offset, size)?),
-                    Err(StoreError::NotFound { .. }) => Ok(Vec::new()),
+                    Ok(t) => self.read_transcript(ino, &t, offset, size),
+                    Err(StoreError::NotFound { .. }) => Ok(self.pending_view(ino, 0, offset, size)),
                     Err(e) => Err(e.into()),
                 }
             }
@@ -475,6 +475,78 @@ impl SessionFs {
             }
             _ => Err(FsError::Errno(libc::EBADF)),
         }
+    }
+
+    /// Reads a transcript's view for inode `ino`. The kernel sizes reads by
+    /// what it believes the file holds, which includes bytes written through
+    /// this mount and not yet committed: a short reply there would be
+    /// zero-filled by the kernel. So a read past the committed end first
+    /// commits this mount's pending lines of that transcript, and a still
+    /// incomplete last line of its writer is served as written
+    /// (read-your-writes, as on a local file system).
+    fn read_transcript(
+        &self,
+        ino: u64,
+        t: &Transcript,
+        offset: u64,
+        size: u32,
+    ) -> FsResult<Vec<u8>> {
+        let end = offset.saturating_add(u64::from(size));
+        if end > t.cached_attr().plain_len {
+            self.commit_pending_of(ino);
+        }
+        let mut data = t.read(offset, size)?;
+        let got_to = offset + data.len() as u64;
+        if got_to < end {
+            let committed = t.cached_attr().plain_len;
+            let rest = (end - got_to) as u32;
+            data.extend(self.pending_view(ino, committed, got_to, rest));
+        }
+        Ok(data)
+    }
+
+    /// Writers open on transcript `ino`.
+    fn writers_of(&self, ino: u64) -> Vec<Arc<Writer>> {
+        self.handles
+            .lock()
+            .values()
+            .filter_map(|h| match h {
+                Handle::Writer(w) if w.ino == ino => Some(Arc::clone(w)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Commits the pending complete lines of every writer of `ino`; an
+    /// error stays recorded for the writer (its next write, fsync or close
+    /// reports it).
+    fn commit_pending_of(&self, ino: u64) {
+        for w in self.writers_of(ino) {
+            if let super::writer::Committed::Batch = w.commit_for_reader(&self.store) {
+                self.invalidate_attrs(ino);
+            }
+        }
+    }
+
+    /// Bytes `[offset, offset + size)` of the uncommitted tail of `ino`,
+    /// which starts at view offset `committed`: the pending bytes of its
+    /// one writer that has some (none when several have).
+    fn pending_view(&self, ino: u64, committed: u64, offset: u64, size: u32) -> Vec<u8> {
+        let pending: Vec<Vec<u8>> = self
+            .writers_of(ino)
+            .iter()
+            .map(|w| w.pending_bytes())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let [only] = pending.as_slice() else {
+            return Vec::new();
+        };
+        let from = offset.saturating_sub(committed) as usize;
+        if offset < committed || from >= only.len() {
+            return Vec::new();
+        }
+        let to = (from + size as usize).min(only.len());
+        only[from..to].to_vec()
     }
 
     /// Forgets a file or directory handle; a writer commits what is pending

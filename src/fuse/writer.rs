@@ -271,6 +271,26 @@ impl Writer {
         committed
     }
 
+    /// Commits because a reader reached past the committed end; an error
+    /// is kept for the handle's next write, flush or fsync.
+    pub fn commit_for_reader(&self, store: &Store) -> Committed {
+        let mut p = self.pending.lock();
+        if p.failed.is_some() {
+            return Committed::Nothing;
+        }
+        self.commit_locked(store, &mut p)
+            .unwrap_or(Committed::Nothing)
+    }
+
+    /// The bytes accepted on this handle and not committed: pending
+    /// complete lines, then the incomplete last line.
+    pub fn pending_bytes(&self) -> Vec<u8> {
+        let p = self.pending.lock();
+        let mut out = p.lines.clone();
+        out.extend_from_slice(&p.partial);
+        out
+    }
+
     /// Commits when the batch window has expired; an error is kept for the
     /// handle's next write, flush or fsync.
     pub fn commit_if_due(&self, store: &Store, window: Duration) -> Committed {
