@@ -253,3 +253,48 @@ fn mount_helper_form_detaches_once_mounted() {
     assert!(wait_mounted(&mnt, false));
     drop(guard);
 }
+
+/// Symbolic links at the root and project levels are not projects or
+/// sessions: they are neither shown nor followed, so nothing outside the
+/// root, and no transcript, can be reached around the mount's protections.
+#[test]
+fn symlinks_at_the_root_and_project_levels_are_not_followed() {
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("keep.txt"), b"outside").unwrap();
+    let root = corpus_copy("normal");
+    std::os::unix::fs::symlink(outside.path(), root.path().join("--escape--")).unwrap();
+    std::os::unix::fs::symlink("..", root.path().join("--home-alice-work-app--/loop")).unwrap();
+    std::os::unix::fs::symlink(".", root.path().join("--home-alice-work-app--/self")).unwrap();
+    let mount = Mount::start(root.path(), &[]);
+    let top: Vec<String> = common::list_dir(mount.path())
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    assert!(!top.contains(&"--escape--".to_string()), "{top:?}");
+    assert_errno(
+        fs::metadata(mount.join("--escape--/keep.txt")),
+        libc::ENOENT,
+        "escape",
+    );
+    for name in ["loop", "self"] {
+        assert_errno(
+            fs::metadata(mount.join("--home-alice-work-app--").join(name)),
+            libc::ENOENT,
+            name,
+        );
+    }
+    assert_errno(
+        fs::remove_file(mount.join("--home-alice-work-app--/self/Session-A/session.jsonl.zstd")),
+        libc::ENOENT,
+        "remove through a link",
+    );
+    assert!(root
+        .path()
+        .join("--home-alice-work-app--/Session-A/session.jsonl.zstd")
+        .exists());
+    assert_eq!(
+        fs::read(outside.path().join("keep.txt")).unwrap(),
+        b"outside"
+    );
+    mount.stop();
+}

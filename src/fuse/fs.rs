@@ -268,7 +268,7 @@ impl SessionFs {
                     return Err(FsError::Errno(libc::ENOENT));
                 } else {
                     let backing = self.store.backing_path(Path::new(name));
-                    match std::fs::metadata(&backing) {
+                    match std::fs::symlink_metadata(&backing) {
                         Ok(meta) if meta.is_dir() => {}
                         Ok(_) => return Err(FsError::Errno(libc::ENOENT)),
                         Err(_) if self.is_virtual(&child_path) => {}
@@ -356,7 +356,7 @@ impl SessionFs {
             }
             Node::Project { .. } | Node::Session { .. } if self.is_virtual(&self.node(ino)?.0) => {
                 let path = self.node(ino)?.0;
-                match std::fs::metadata(self.store.backing_path(&path)) {
+                match std::fs::symlink_metadata(self.store.backing_path(&path)) {
                     Ok(meta) => {
                         // Committed in the meantime: no longer virtual.
                         self.virtual_dirs.lock().remove(&path);
@@ -367,15 +367,16 @@ impl SessionFs {
             }
             Node::Project { project } => Ok(attr_of(
                 ino,
-                &std::fs::metadata(self.store.backing_path(Path::new(project))).map_err(|e| {
-                    StoreError::io("stat", &self.store.backing_path(Path::new(project)), e)
-                })?,
+                &std::fs::symlink_metadata(self.store.backing_path(Path::new(project))).map_err(
+                    |e| StoreError::io("stat", &self.store.backing_path(Path::new(project)), e),
+                )?,
             )),
             Node::Session { project, session } => {
                 let path = self.store.backing_path(&Path::new(project).join(session));
                 Ok(attr_of(
                     ino,
-                    &std::fs::metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?,
+                    &std::fs::symlink_metadata(&path)
+                        .map_err(|e| StoreError::io("stat", &path, e))?,
                 ))
             }
             Node::Transcript { project, session } => {

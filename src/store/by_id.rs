@@ -36,6 +36,9 @@ impl Store {
                 continue;
             };
             for entry in entries.flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
                 let dir = entry.path();
                 let has_transcript = [Encoding::Zstd, Encoding::Raw]
                     .iter()

@@ -160,7 +160,7 @@ impl Store {
         let mut listing = SessionListing::default();
         for key in keys {
             let key = OsString::from(key);
-            if !self.root().join(&key).is_dir() {
+            if !fs::symlink_metadata(self.root().join(&key)).is_ok_and(|m| m.is_dir()) {
                 continue;
             }
             self.collect_project(&key, &mut listing, |s| {

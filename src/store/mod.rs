@@ -164,10 +164,6 @@ fn read_dir_kinds(dir: &Path) -> Result<Vec<(OsString, EntryKind)>> {
     Ok(out)
 }
 
-fn is_dir(path: &Path) -> bool {
-    fs::metadata(path).is_ok_and(|m| m.is_dir())
-}
-
 fn exists(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok()
 }
@@ -226,18 +222,12 @@ impl Store {
     ///
     /// Errors: [`StoreError::Io`] when the root cannot be listed.
     pub fn list_projects(&self) -> Result<Vec<OsString>> {
-        let mut names = Vec::new();
-        for (name, kind) in read_dir_kinds(&self.root)? {
-            let dir = match kind {
-                EntryKind::Dir => true,
-                EntryKind::Symlink => is_dir(&self.root.join(&name)),
-                _ => false,
-            };
-            if dir {
-                names.push(name);
-            }
-        }
-        Ok(names)
+        // Symbolic links are not followed: a link is not a project.
+        Ok(read_dir_kinds(&self.root)?
+            .into_iter()
+            .filter(|(_, kind)| *kind == EntryKind::Dir)
+            .map(|(name, _)| name)
+            .collect())
     }
 
     /// The entries of a project directory: session directories, and flat
@@ -250,7 +240,6 @@ impl Store {
         for (name, kind) in read_dir_kinds(&dir)? {
             let kind = match kind {
                 EntryKind::Dir => EntryKind::Dir,
-                EntryKind::Symlink if is_dir(&dir.join(&name)) => EntryKind::Dir,
                 EntryKind::File if is_flat_artifact_name(&name) => EntryKind::FlatArtifact,
                 _ => continue,
             };
@@ -265,7 +254,9 @@ impl Store {
     /// [`StoreError::NotFound`] for anything that is not a session directory.
     pub fn lookup_in_project(&self, project: &OsStr, name: &OsStr) -> Result<EntryKind> {
         let path = self.root.join(project).join(name);
-        let meta = fs::metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?;
+        // Symbolic links are never followed inside the store: a link to a
+        // directory is not a session (it could lead out of the root).
+        let meta = fs::symlink_metadata(&path).map_err(|e| StoreError::io("stat", &path, e))?;
         if meta.is_dir() {
             Ok(EntryKind::Dir)
         } else if meta.is_file() && is_flat_artifact_name(name) {
@@ -436,13 +427,16 @@ impl Store {
 fn detect_encoding(root: &Path) -> Result<Encoding> {
     let (mut zstd, mut raw) = (None::<PathBuf>, None::<PathBuf>);
     for (project, kind) in read_dir_kinds(root)? {
-        if kind == EntryKind::File {
+        if kind != EntryKind::Dir {
             continue;
         }
         let Ok(sessions) = fs::read_dir(root.join(&project)) else {
             continue;
         };
         for session in sessions.flatten() {
+            if !session.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             let dir = session.path();
             if zstd.is_none() && exists(&dir.join(Encoding::Zstd.file_name())) {
                 zstd = Some(dir.clone());
