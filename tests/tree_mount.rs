@@ -298,3 +298,78 @@ fn symlinks_at_the_root_and_project_levels_are_not_followed() {
     );
     mount.stop();
 }
+
+/// SIGTERM with lines still waiting in the batch window: they are
+/// committed before the mount goes away.
+#[test]
+fn sigterm_commits_lines_waiting_in_the_batch_window() {
+    let root = corpus_copy("normal");
+    let mount = Mount::start(root.path(), &["--batch-ms", "60000"]);
+    let view = mount.join("--root--/cwd-root/session.jsonl");
+    let text = fs::read_to_string(&view).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let seq = last["seq"].as_u64().unwrap() + 1;
+    let line = format!(
+        "{{\"type\":\"x-note\",\"seq\":{seq},\"time\":1,\"data\":{{}},\"ignorable\":true}}\n"
+    );
+    let mut f = fs::OpenOptions::new().append(true).open(&view).unwrap();
+    std::io::Write::write_all(&mut f, line.as_bytes()).unwrap();
+    // The descriptor stays open: only the signal can commit the line.
+    let log = mount.stop();
+    drop(f);
+    let stored = common::zstd_dc(&root.path().join("--root--/cwd-root/session.jsonl.zstd"));
+    assert!(
+        String::from_utf8_lossy(&stored).ends_with(&line),
+        "the pending line was lost at SIGTERM; log:\n{log}"
+    );
+}
+
+/// A transcript restored in place (same inode, other content, longer) is
+/// read afresh, not extended from a stale index.
+#[test]
+fn a_transcript_rewritten_in_place_is_read_afresh() {
+    let root = corpus_copy("normal");
+    let target = root
+        .path()
+        .join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
+    let mount = Mount::start(root.path(), &[]);
+    let view = mount.join("--home-alice-work-app--/Session-A/session.jsonl");
+    let before = fs::read(&view).unwrap();
+    // Same header (so placement holds), more and other events.
+    let header_end = before.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let mut bytes = sessionfs::store::frame::encode_frame(&before[..header_end]).unwrap();
+    let mut body = Vec::new();
+    for seq in 0..400 {
+        // Incompressible enough that the file grows.
+        let noise = common::sha256_hex(format!("{seq}").as_bytes());
+        body.extend(
+            format!("{{\"type\":\"x-note\",\"seq\":{seq},\"time\":1,\"data\":{{\"n\":\"{noise}\"}},\"ignorable\":true}}\n")
+                .bytes(),
+        );
+    }
+    bytes.extend(sessionfs::store::frame::encode_frame(&body).unwrap());
+    assert!(bytes.len() as u64 > fs::metadata(&target).unwrap().len());
+    let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&target).unwrap());
+    let mut f = fs::OpenOptions::new().write(true).open(&target).unwrap();
+    std::io::Write::write_all(&mut f, &bytes).unwrap();
+    drop(f);
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::ino(&fs::metadata(&target).unwrap()),
+        ino
+    );
+    let mut expected = before[..header_end].to_vec();
+    expected.extend(&body);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match fs::read(&view) {
+            Ok(now) if now == expected => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "still {:?}",
+                other.map(|v| v.len())
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    mount.stop();
+}

@@ -225,6 +225,29 @@ impl SessionFs {
         }
     }
 
+    /// Commits every writer's pending lines now (before unmounting: a
+    /// signal must not lose lines that wait in the batch window). Returns
+    /// how many writers committed a batch.
+    pub fn commit_all(&self) -> usize {
+        let writers: Vec<Arc<Writer>> = self
+            .handles
+            .lock()
+            .values()
+            .filter_map(|h| match h {
+                Handle::Writer(w) => Some(Arc::clone(w)),
+                _ => None,
+            })
+            .collect();
+        let mut committed = 0;
+        for w in writers {
+            if let Committed::Batch = w.commit_for_reader(&self.store) {
+                self.committed_in(&w.session_dir());
+                committed += 1;
+            }
+        }
+        committed
+    }
+
     /// A commit made `session_dir` (and its project) real on disk.
     fn committed_in(&self, session_dir: &Path) {
         let mut dirs = self.virtual_dirs.lock();

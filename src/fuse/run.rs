@@ -293,6 +293,10 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
         "signal received; unmounting {}",
         config.mountpoint.display()
     );
+    let committed = core.commit_all();
+    if committed > 0 {
+        log::info!("committed the pending lines of {committed} writer(s) before unmounting");
+    }
     if let Err(e) = background.umount_and_join() {
         log::warn!(
             "unmounting {} failed ({e}), files are still open in it; detaching it lazily",

@@ -227,6 +227,15 @@ impl Transcript {
                 &self.frames_decoded,
                 self.index_dir.as_deref(),
             )?;
+        } else if meta.len() > st.meta.len() && !prefix_intact(&st) {
+            // Rewritten in place (same inode, say `cp backup FILE`): the
+            // indexed prefix no longer describes the file.
+            *st = build_state(
+                &self.path,
+                self.encoding,
+                &self.frames_decoded,
+                self.index_dir.as_deref(),
+            )?;
         } else if meta.len() > st.meta.len() {
             let file = Arc::clone(&st.file);
             let new_meta = file
@@ -402,6 +411,26 @@ fn decoded_frame(
         }
         Ok(plain)
     })
+}
+
+/// Whether the file still holds what the view indexed: the last indexed
+/// frame walks to the same frame (zstd), or the view still ends a line
+/// (raw). Cheap: one frame header or one byte.
+fn prefix_intact(st: &State) -> bool {
+    match &st.view {
+        View::Zstd(index) => match index.frames().last() {
+            Some(last) => matches!(
+                super::frame::walk_frame(&*st.file, last.info.offset, u64::MAX),
+                Ok(super::frame::Step::Frame(info)) if info == last.info
+            ),
+            None => true,
+        },
+        View::Raw { plain_len } if *plain_len > 0 => {
+            let mut byte = [0u8; 1];
+            st.file.read_exact_at(&mut byte, plain_len - 1).is_ok() && byte[0] == b'\n'
+        }
+        View::Raw { .. } => true,
+    }
 }
 
 /// Saves a zstd index when it has grown by [`MIN_PERSISTED_FRAMES`] since
