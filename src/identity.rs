@@ -197,7 +197,7 @@ impl IdentityRoot {
             },
         };
         let identity = nfc(&io_path.to_string_lossy());
-        log::info!(
+        log::debug!(
             "identity root {identity} (given as {}, I/O through {})",
             given.display(),
             io_path.display()
@@ -444,7 +444,7 @@ mod tests {
             assert_eq!(root.fallback_errno(), None);
             let infos: Vec<_> = logs
                 .iter()
-                .filter(|(l, _)| *l == log::Level::Info)
+                .filter(|(l, _)| *l == log::Level::Debug)
                 .collect();
             assert_eq!(infos.len(), 1, "logged once: {logs:?}");
             assert!(infos[0].1.contains(root.identity()));
@@ -517,7 +517,7 @@ mod tests {
             assert_eq!(root.io_path(), Path::new("/denied/by/sandbox/cafe\u{301}"));
             assert_eq!(root.identity(), "/denied/by/sandbox/caf\u{e9}");
             let warns = logs.iter().filter(|(l, _)| *l == log::Level::Warn).count();
-            let infos = logs.iter().filter(|(l, _)| *l == log::Level::Info).count();
+            let infos = logs.iter().filter(|(l, _)| *l == log::Level::Debug).count();
             assert_eq!((warns, infos), (1, 1), "{logs:?}");
         }
     }

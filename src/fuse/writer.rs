@@ -17,12 +17,21 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::store::append::{append_with, TailHint};
-use crate::store::lines::{split_complete, SeqCursor};
+use crate::store::lines::SeqCursor;
 use crate::store::naming::{decode_id, project_dir_name};
 use crate::store::publish::publish_session;
 use crate::store::{Store, StoreError};
 
 use super::fs::{FsError, FsResult};
+
+/// Longest line a writer may send (bytes): a line is held whole until its
+/// newline arrives, so its length is what the handle costs in memory.
+const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// Pending complete lines are committed at once when they reach this many
+/// bytes, whatever the batch window: a frame stays a size that readers can
+/// decode whole.
+const COMMIT_AT_BYTES: usize = 4 << 20;
 
 /// The pending state of one writing handle.
 struct Pending {
@@ -135,13 +144,6 @@ impl Writer {
         if let Some(errno) = p.failed.take() {
             return Err(FsError::Errno(errno));
         }
-        if p.lines.is_empty() && p.published {
-            // Nothing of ours is pending: check against the transcript's
-            // tail as it is now, which other writers may have moved (a
-            // logger holding its descriptor for hours must keep working).
-            let t = store.transcript(&self.project, &self.session)?;
-            p.cursor = SeqCursor::after(t.next_seq()?);
-        }
         let end = committed_len + (p.lines.len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
             log::warn!(
@@ -151,10 +153,35 @@ impl Writer {
             );
             return Err(FsError::Errno(libc::EPERM));
         }
+        let Some(last_newline) = data.iter().rposition(|&b| b == b'\n') else {
+            // No line ends here: the bytes wait on the handle, unchecked
+            // until their line is complete (linear in the line's length).
+            if p.partial.len() + data.len() > MAX_LINE_BYTES {
+                log::warn!(
+                    "write to {}/session.jsonl refused: a line longer than {MAX_LINE_BYTES} \
+                     bytes; split the record",
+                    self.session_dir().display()
+                );
+                return Err(FsError::Errno(libc::EFBIG));
+            }
+            p.partial.extend_from_slice(data);
+            return Ok(data.len() as u32);
+        };
+        if p.lines.is_empty() && p.published {
+            // Nothing of ours is pending: check against the transcript's
+            // tail as it is now, which other writers may have moved (a
+            // logger holding its descriptor for hours must keep working).
+            let t = store.transcript(&self.project, &self.session)?;
+            p.cursor = SeqCursor::after(t.next_seq()?);
+        }
         let mut joined = Vec::with_capacity(p.partial.len() + data.len());
         joined.extend_from_slice(&p.partial);
         joined.extend_from_slice(data);
-        let (complete, rest) = split_complete(&joined);
+        let cut = p.partial.len() + last_newline + 1;
+        let (complete, rest) = joined.split_at(cut);
+        if rest.len() > MAX_LINE_BYTES {
+            return Err(FsError::Errno(libc::EFBIG));
+        }
         let mut cursor = p.cursor;
         let checked = cursor.check_batch(complete).map_err(|e| {
             einval(format!(
@@ -172,7 +199,7 @@ impl Writer {
         if !p.lines.is_empty() && p.since.is_none() {
             p.since = Some(Instant::now());
         }
-        if batch_window.is_zero() {
+        if batch_window.is_zero() || p.lines.len() >= COMMIT_AT_BYTES {
             if let Err(e) = self.commit_locked(store, &mut p) {
                 p.failed = None; // reported here
                 return Err(e);

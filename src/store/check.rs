@@ -1,11 +1,16 @@
 //! `sessionfs check`: a full verification of transcripts (every frame
-//! decoded and its checksum verified), and the one repair the format
-//! allows: truncating a torn last frame (FORMAT.md, Reading and recovery).
+//! decoded and its checksum verified, or every raw line parsed), and the one
+//! repair the format allows: truncating a torn tail (FORMAT.md, Reading and
+//! recovery).
 //!
 //! The mount never repairs (MOUNT.md, Appending); this is the explicit,
-//! user-run counterpart it points to.
+//! user-run counterpart it points to. Committed data is never rewritten: a
+//! repair only cuts bytes after the last complete frame (zstd) or the last
+//! `\n` (raw), and never when nothing committed would remain.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use super::append::lock_whole_file;
@@ -15,21 +20,35 @@ use super::header::parse_header;
 use super::index::read_frame;
 use super::transcript::Encoding;
 
+/// How many bad raw lines are named one by one; the rest are counted.
+const MAX_BAD_LINES: usize = 20;
+
 /// What a check found in one transcript.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
     /// The transcript checked.
     pub path: PathBuf,
-    /// Complete data frames.
+    /// Whether it was checked as a raw transcript (`session.jsonl`, plain
+    /// lines) rather than as zstd frames.
+    pub raw: bool,
+    /// Complete data frames (zstd).
     pub frames: usize,
-    /// Decompressed bytes of the complete frames.
+    /// Complete lines (raw).
+    pub lines: usize,
+    /// Decompressed bytes of the complete frames (zstd), or bytes of the
+    /// complete lines (raw).
     pub plain_len: u64,
     /// Offsets of skippable frames (the reference refuses them).
     pub skippable: Vec<u64>,
-    /// Where a torn last frame starts, if the file ends inside one.
+    /// Where a torn tail starts, if the file ends inside a frame (zstd) or
+    /// after its last `\n` (raw).
     pub torn_at: Option<u64>,
+    /// Whether the torn tail is the header itself: no complete header
+    /// frame (or line) precedes it, so nothing committed would remain after
+    /// a truncation, which is therefore refused.
+    pub torn_in_header: bool,
     /// Problems that make the transcript unreadable in part or whole:
-    /// corrupt frames, a bad header; each names its byte offset.
+    /// corrupt frames, a bad header, bad lines; each names its byte offset.
     pub problems: Vec<String>,
     /// Whether `--repair` truncated the torn tail.
     pub repaired: bool,
@@ -40,18 +59,87 @@ impl CheckReport {
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty() && self.torn_at.is_none() && self.skippable.is_empty()
     }
+
+    /// Whether something is still wrong after the check (and its repair, if
+    /// any): a problem, a skippable frame, a torn tail left in place.
+    pub fn has_problem(&self) -> bool {
+        !self.problems.is_empty()
+            || !self.skippable.is_empty()
+            || self.torn_in_header
+            || (self.torn_at.is_some() && !self.repaired)
+    }
 }
 
-/// Checks the zstd transcript at `path`: walks every frame, decodes each
-/// (verifying checksums), checks that the first frame is exactly one valid
-/// header line and that every frame ends with a complete line. With
-/// `repair`, a torn last frame is truncated away under the append lock
-/// (after which the file ends at its last complete frame); nothing else is
-/// ever changed.
+/// Whether `path` names a raw transcript (`….jsonl`); anything else is
+/// checked as zstd frames.
+pub fn is_raw_name(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.as_encoded_bytes().ends_with(b".jsonl"))
+}
+
+/// What `path` is, when it is not a regular file (following symbolic
+/// links): `None` for a regular file.
+pub fn describe_non_regular(path: &Path) -> Option<String> {
+    let kind = match fs::metadata(path) {
+        Ok(meta) => meta.file_type(),
+        Err(e) => {
+            let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            return Some(match e.raw_os_error() {
+                Some(libc::ELOOP) => "not a regular file: a symbolic link loop".to_string(),
+                _ if link && e.kind() == std::io::ErrorKind::NotFound => {
+                    "not a regular file: a dangling symbolic link".to_string()
+                }
+                _ if e.kind() == std::io::ErrorKind::NotFound => {
+                    "no such file or directory".to_string()
+                }
+                _ => format!("cannot stat it: {e}"),
+            });
+        }
+    };
+    let what = if kind.is_file() {
+        return None;
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a file or directory"
+    };
+    Some(format!("not a regular file: {what}"))
+}
+
+/// Checks the transcript at `path`, by its name: `….jsonl` as raw lines,
+/// anything else as zstd frames.
+///
+/// Zstd: walks every frame, decodes each (verifying checksums), checks that
+/// the first frame is exactly one valid header line and that every frame
+/// ends with a complete line. Raw: checks that the first line is a valid
+/// header and every other line one JSON object.
+///
+/// With `repair`, a torn tail is truncated away under the append lock
+/// (after which the file ends at its last complete frame or line), unless
+/// the header itself is torn; nothing else is ever changed. A path that is
+/// not a regular file is reported as a problem, not opened.
 ///
 /// Errors: [`StoreError::Io`] / [`StoreError::NotFound`] when the file
-/// cannot be opened, locked or truncated.
+/// cannot be opened, read, locked or truncated.
 pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
+    let mut report = CheckReport {
+        path: path.to_path_buf(),
+        raw: is_raw_name(path),
+        ..CheckReport::default()
+    };
+    // Before opening: opening a FIFO would block, a directory would open.
+    if let Some(what) = describe_non_regular(path) {
+        report.problems.push(what);
+        return Ok(report);
+    }
     let file = OpenOptions::new()
         .read(true)
         .write(repair)
@@ -60,20 +148,26 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
     if repair {
         lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLKW)", path, e))?;
     }
-    let len = file
+    let meta = file
         .metadata()
-        .map_err(|e| StoreError::io("stat", path, e))?
-        .len();
-    let mut report = CheckReport {
-        path: path.to_path_buf(),
-        ..CheckReport::default()
-    };
+        .map_err(|e| StoreError::io("stat", path, e))?;
+    if !meta.is_file() {
+        report
+            .problems
+            .push("not a regular file (it was replaced while checking)".into());
+        return Ok(report);
+    }
+    let len = meta.len();
     if len == 0 {
         report.problems.push("the file is empty (no header)".into());
         return Ok(report);
     }
-    walk_all(&file, len, &mut report)?;
-    if let (true, Some(at)) = (repair, report.torn_at) {
+    if report.raw {
+        walk_lines(&file, len, &mut report)?;
+    } else {
+        walk_all(&file, len, &mut report)?;
+    }
+    if let (true, Some(at), false) = (repair, report.torn_at, report.torn_in_header) {
         file.set_len(at)
             .and_then(|()| file.sync_all())
             .map_err(|e| StoreError::io("truncate the torn tail of", path, e))?;
@@ -84,11 +178,15 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
 
 fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     let mut offset = 0;
+    // Complete data frames seen, decodable or not: the header frame is
+    // complete once one is.
+    let mut data_frames = 0usize;
     loop {
         let info = match walk_frame(file, offset, len) {
             Ok(Step::End) => return Ok(()),
             Ok(Step::Torn) => {
                 report.torn_at = Some(offset);
+                report.torn_in_header = data_frames == 0;
                 return Ok(());
             }
             Ok(Step::Frame(info)) => info,
@@ -105,6 +203,7 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
             report.skippable.push(info.offset);
             continue;
         }
+        data_frames += 1;
         let plain = read_frame(file, &info).and_then(|bytes| decode_frame(&bytes, &info));
         let plain = match plain {
             Ok(p) => p,
@@ -124,7 +223,7 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
                     .problems
                     .push("the first frame is not exactly one header line".into());
             } else if let Err(e) = parse_header(&plain[..plain.len() - 1]) {
-                report.problems.push(format!("invalid header: {e:?}"));
+                report.problems.push(e.to_string());
             }
         } else if plain.last().is_some_and(|&b| b != b'\n') {
             report
@@ -136,24 +235,136 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     }
 }
 
-/// The transcripts under `root`: `<project>/<session>/session.jsonl.zstd`.
+/// Why a raw event line is not one JSON object, if it is not.
+fn json_object_problem(line: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<serde_json::Value>(line) {
+        Ok(serde_json::Value::Object(_)) => None,
+        Ok(_) => Some("not a JSON object".into()),
+        Err(e) => Some(format!("not valid JSON ({e})")),
+    }
+}
+
+/// Checks the first `len` bytes of a raw transcript, line by line.
+fn walk_lines(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
+    let mut reader = BufReader::with_capacity(256 * 1024, Read::take(file, len));
+    let mut line = Vec::new();
+    let mut offset = 0u64;
+    let mut bad = 0usize;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| StoreError::io("read", &report.path, e))?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            report.torn_at = Some(offset);
+            report.torn_in_header = report.lines == 0;
+            break;
+        }
+        report.lines += 1;
+        let body = &line[..n - 1];
+        if report.lines == 1 {
+            if let Err(e) = parse_header(body) {
+                report.problems.push(format!("line 1 (byte 0): {e}"));
+            }
+        } else if let Some(why) = json_object_problem(body) {
+            bad += 1;
+            if bad <= MAX_BAD_LINES {
+                report
+                    .problems
+                    .push(format!("line {} (byte {offset}): {why}", report.lines));
+            }
+        }
+        offset += n as u64;
+    }
+    if bad > MAX_BAD_LINES {
+        report.problems.push(format!(
+            "{} more lines are not one JSON object",
+            bad - MAX_BAD_LINES
+        ));
+    }
+    report.plain_len = offset;
+    Ok(())
+}
+
+/// What a path given to `check` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckTarget {
+    /// A regular file: checked as one transcript.
+    File,
+    /// A directory taken as a store root.
+    Root,
+    /// A session directory (it holds a transcript itself), not a root.
+    SessionDir,
+    /// A project directory (its subdirectories hold transcripts), not a
+    /// root.
+    ProjectDir,
+    /// Anything else; the text says what it is.
+    Other(String),
+}
+
+fn is_transcript_name(name: &std::ffi::OsStr) -> bool {
+    name == Encoding::Zstd.file_name() || name == Encoding::Raw.file_name()
+}
+
+fn holds_transcript_entry(dir: &Path) -> bool {
+    fs::read_dir(dir)
+        .is_ok_and(|mut it| it.any(|e| e.is_ok_and(|e| is_transcript_name(&e.file_name()))))
+}
+
+/// Classifies a path given to `check`.
+pub fn classify(path: &Path) -> CheckTarget {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => CheckTarget::File,
+        Ok(meta) if meta.is_dir() => {
+            if path.file_name().is_some_and(is_transcript_name) {
+                return CheckTarget::Other(
+                    "not a regular file: a directory named like a transcript".into(),
+                );
+            }
+            if holds_transcript_entry(path) {
+                return CheckTarget::SessionDir;
+            }
+            if transcripts_under(path).is_empty()
+                && subdirs(path).iter().any(|d| holds_transcript_entry(d))
+            {
+                return CheckTarget::ProjectDir;
+            }
+            CheckTarget::Root
+        }
+        _ => CheckTarget::Other(
+            describe_non_regular(path).unwrap_or_else(|| "not a regular file".into()),
+        ),
+    }
+}
+
+/// The directories directly in `dir` (following symbolic links).
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|it| {
+            it.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The transcripts under `root`: every `<project>/<session>/session.jsonl.zstd`
+/// and `<project>/<session>/session.jsonl`, whatever they are (a directory
+/// or a dangling link under a transcript's name is listed too, for
+/// [`check_transcript`] to report).
 pub fn transcripts_under(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let dirs = |p: &Path| -> Vec<PathBuf> {
-        std::fs::read_dir(p)
-            .map(|it| {
-                it.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.is_dir())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for project in dirs(root) {
-        for session in dirs(&project) {
-            let t = session.join(Encoding::Zstd.file_name());
-            if t.is_file() {
-                out.push(t);
+    for project in subdirs(root) {
+        for session in subdirs(&project) {
+            for encoding in [Encoding::Zstd, Encoding::Raw] {
+                let t = session.join(encoding.file_name());
+                if fs::symlink_metadata(&t).is_ok() {
+                    out.push(t);
+                }
             }
         }
     }

@@ -341,6 +341,65 @@ pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameErro
     Ok(plain)
 }
 
+/// Decodes bytes `[from, to)` of one complete data frame's content by
+/// streaming through it, holding only the decoder's window and the slice:
+/// for frames too large to decode whole into memory. The checksum is
+/// verified only when the slice reaches the frame's end.
+///
+/// Errors: [`FrameError::Corrupt`] when decoding fails or the frame ends
+/// before `to`.
+pub fn decode_range(
+    bytes: &[u8],
+    info: &FrameInfo,
+    from: u64,
+    to: u64,
+) -> Result<Vec<u8>, FrameError> {
+    let corrupt = |reason: String| FrameError::Corrupt {
+        offset: info.offset,
+        reason,
+    };
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(bytes)
+        .map_err(|e| corrupt(e.to_string()))?
+        .single_frame();
+    std::io::copy(&mut (&mut decoder).take(from), &mut std::io::sink())
+        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+    let mut out = Vec::with_capacity((to - from) as usize);
+    (&mut decoder)
+        .take(to - from)
+        .read_to_end(&mut out)
+        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+    if (out.len() as u64) < to - from {
+        return Err(corrupt("frame decodes to fewer bytes than indexed".into()));
+    }
+    Ok(out)
+}
+
+/// The decompressed length of one complete data frame, learned by
+/// streaming through it (checksum verified) without holding its content.
+///
+/// Errors: [`FrameError::Corrupt`] when decoding fails or the frame
+/// decodes to more than its blocks can hold.
+pub fn decoded_len(bytes: &[u8], info: &FrameInfo) -> Result<u64, FrameError> {
+    let FrameKind::Data { max_plain_len, .. } = info.kind else {
+        return Ok(0);
+    };
+    let corrupt = |reason: String| FrameError::Corrupt {
+        offset: info.offset,
+        reason,
+    };
+    let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
+        .map_err(|e| corrupt(e.to_string()))?
+        .single_frame();
+    let n = std::io::copy(&mut decoder.take(max_plain_len + 1), &mut std::io::sink())
+        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+    if n > max_plain_len {
+        return Err(corrupt(
+            "frame decodes to more than its blocks can hold".into(),
+        ));
+    }
+    Ok(n)
+}
+
 /// Decodes a frame whose content size is known (and already bounded by
 /// its blocks) with the thread's reusable context.
 fn decode_sized(bytes: &[u8], size: u64) -> io::Result<Vec<u8>> {

@@ -44,6 +44,17 @@ pub enum HeaderError {
     UnsupportedVersion(String),
 }
 
+impl std::fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderError::Invalid(why) => write!(f, "invalid header: {why}"),
+            HeaderError::UnsupportedVersion(why) => {
+                write!(f, "unsupported format version: {why}")
+            }
+        }
+    }
+}
+
 fn safe_non_negative_integer(value: Option<&Value>) -> Option<u64> {
     let value = value?;
     if let Some(n) = value.as_u64() {

@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use super::frame::{decode_frame, walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step};
+use super::frame::{decoded_len, walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step};
 
 /// One complete data frame in the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,8 +101,8 @@ impl FrameIndex {
                             Some(size) => size,
                             None => {
                                 *frames_decoded += 1;
-                                match decode_frame(&read_frame(src, &info)?, &info) {
-                                    Ok(plain) => plain.len() as u64,
+                                match decoded_len(&read_frame(src, &info)?, &info) {
+                                    Ok(len) => len,
                                     Err(FrameError::Corrupt { .. }) => {
                                         self.damaged = true;
                                         1

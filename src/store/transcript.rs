@@ -296,6 +296,7 @@ impl Transcript {
         let ahead: Vec<(usize, IndexedFrame)> = index.frames()[range.end..]
             .iter()
             .take(READ_AHEAD_FRAMES)
+            .take_while(|f| f.plain_len <= LARGE_FRAME)
             .scan(0u64, |bytes, f| {
                 *bytes += f.plain_len;
                 (*bytes <= READ_AHEAD_BYTES || *bytes == f.plain_len).then_some(*f)
@@ -319,6 +320,18 @@ impl Transcript {
             .sum();
         let mut out = Vec::with_capacity(available as usize);
         for (number, frame) in frames {
+            let from = offset.saturating_sub(frame.plain_offset);
+            let to = end.min(frame.plain_offset + frame.plain_len) - frame.plain_offset;
+            if frame.plain_len > LARGE_FRAME {
+                // Never held whole: decode through the slice wanted only.
+                self.frames_decoded.fetch_add(1, Ordering::Relaxed);
+                let bytes = read_frame(&*file, &frame.info)
+                    .map_err(|e| StoreError::from_frame(&self.path, e))?;
+                let slice = super::frame::decode_range(&bytes, &frame.info, from, to)
+                    .map_err(|e| StoreError::from_frame(&self.path, e))?;
+                out.extend_from_slice(&slice);
+                continue;
+            }
             let plain = decoded_frame(
                 &self.cache,
                 &self.frames_decoded,
@@ -327,9 +340,7 @@ impl Transcript {
                 (generation, number),
                 &frame,
             )?;
-            let from = offset.saturating_sub(frame.plain_offset) as usize;
-            let to = (end.min(frame.plain_offset + frame.plain_len) - frame.plain_offset) as usize;
-            out.extend_from_slice(&plain[from..to]);
+            out.extend_from_slice(&plain[from as usize..to as usize]);
         }
         Ok(out)
     }
@@ -370,6 +381,11 @@ impl Transcript {
         Ok(buf)
     }
 }
+
+/// Frames larger than this (decompressed bytes) are never decoded whole
+/// into memory: a read decodes through the part it wants (memory stays
+/// bounded whatever a frame claims or holds).
+const LARGE_FRAME: u64 = 8 << 20;
 
 /// Frames decoded ahead of a sequential reader, at most.
 const READ_AHEAD_FRAMES: usize = 16;
