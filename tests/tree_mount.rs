@@ -227,7 +227,7 @@ fn mount_helper_form_detaches_once_mounted() {
         .arg(env!("CARGO_BIN_EXE_sessionfs"))
         .arg(root.path())
         .arg(&mnt)
-        .args(["-o", "ro,noatime"])
+        .args(["-o", "ro,noatime,relatime,nodiratime"])
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -372,4 +372,98 @@ fn a_transcript_rewritten_in_place_is_read_afresh() {
         std::thread::sleep(Duration::from_millis(100));
     }
     mount.stop();
+}
+
+/// With --allow-other, what another user creates in a session directory is
+/// theirs, as on a local file system.
+#[test]
+fn files_created_by_another_user_belong_to_them() {
+    let root = corpus_copy("normal");
+    let dir = root.path().join("--home-alice-work-app--/Session-A");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let mount = Mount::start(root.path(), &["--allow-other"]);
+    let file = mount.join("--home-alice-work-app--/Session-A/mine.txt");
+    let status = Command::new("timeout")
+        .args([
+            "20",
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg("echo hi > \"$1\" && echo more >> \"$1\"")
+        .arg("sh")
+        .arg(&file)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the other user could not write its own file"
+    );
+    let meta = fs::metadata(dir.join("mine.txt")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+    assert_eq!(fs::read(dir.join("mine.txt")).unwrap(), b"hi\nmore\n");
+    mount.stop();
+}
+
+/// Damaged transcripts that are not regular files fail with EIO, and a
+/// FIFO named like a transcript never blocks the mount.
+#[test]
+fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
+    let root = corpus_copy("normal");
+    let base = root.path().join("--home-alice-work-app--");
+    fs::create_dir_all(base.join("is-dir/session.jsonl.zstd")).unwrap();
+    fs::create_dir(base.join("is-fifo")).unwrap();
+    let fifo = std::ffi::CString::new(
+        base.join("is-fifo/session.jsonl.zstd")
+            .as_os_str()
+            .as_encoded_bytes(),
+    )
+    .unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let mount = Mount::start(root.path(), &[]);
+    for s in ["is-dir", "is-fifo"] {
+        let view = mount.join(format!("--home-alice-work-app--/{s}/session.jsonl"));
+        assert_errno(fs::read(&view), libc::EIO, s);
+    }
+    assert!(fs::read(mount.join("--home-alice-work-app--/Session-A/session.jsonl")).is_ok());
+    mount.stop();
+}
+
+#[test]
+fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
+    let root = corpus_copy("normal");
+    let inside = root.path().join("--mnt--");
+    fs::create_dir(&inside).unwrap();
+    for args in [
+        vec![
+            "mount".into(),
+            root.path().as_os_str().to_owned(),
+            inside.as_os_str().to_owned(),
+        ],
+        {
+            let mnt = tempfile::tempdir().unwrap().keep();
+            vec![
+                "mount".into(),
+                root.path().as_os_str().to_owned(),
+                mnt.into_os_string(),
+                "--index-cache".into(),
+                root.path().join("cache").into_os_string(),
+            ]
+        },
+    ] {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(env!("CARGO_BIN_EXE_sessionfs"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("inside the session root"));
+        assert!(!root.path().join("cache").exists());
+    }
 }

@@ -14,6 +14,7 @@ use fuser::{
 };
 
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
+use super::fs_write::Owner;
 
 /// The adapter handed to fuser.
 pub struct Adapter {
@@ -60,6 +61,13 @@ fn file_attr(a: &Attr) -> FileAttr {
         rdev: a.rdev,
         blksize: a.blksize,
         flags: 0,
+    }
+}
+
+fn owner_of(req: &Request) -> Owner {
+    Owner {
+        uid: req.uid(),
+        gid: req.gid(),
     }
 }
 
@@ -118,7 +126,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = call("lookup", &name.to_string_lossy(), || {
+        let r = call("lookup", &format!("{name:?}"), || {
             self.core.lookup(parent.0, name)
         });
         match r {
@@ -300,7 +308,7 @@ impl Filesystem for Adapter {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -308,8 +316,8 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: fuser::ReplyCreate,
     ) {
-        let r = call("create", &name.to_string_lossy(), || {
-            self.core.create(parent.0, name, mode, flags)
+        let r = call("create", &format!("{name:?}"), || {
+            self.core.create(parent.0, name, mode, flags, owner_of(req))
         });
         match r {
             Ok((attr, fh, writer)) => reply.created(
@@ -325,15 +333,15 @@ impl Filesystem for Adapter {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = call("mkdir", &name.to_string_lossy(), || {
-            self.core.mkdir(parent.0, name, mode)
+        let r = call("mkdir", &format!("{name:?}"), || {
+            self.core.mkdir(parent.0, name, mode, owner_of(req))
         });
         match r {
             Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
@@ -342,7 +350,7 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = call("unlink", &name.to_string_lossy(), || {
+        let r = call("unlink", &format!("{name:?}"), || {
             self.core.unlink(parent.0, name)
         });
         match r {
@@ -352,7 +360,7 @@ impl Filesystem for Adapter {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = call("rmdir", &name.to_string_lossy(), || {
+        let r = call("rmdir", &format!("{name:?}"), || {
             self.core.rmdir(parent.0, name)
         });
         match r {
@@ -376,7 +384,7 @@ impl Filesystem for Adapter {
             reply.error(Errno::EINVAL);
             return;
         }
-        let r = call("rename", &name.to_string_lossy(), || {
+        let r = call("rename", &format!("{name:?}"), || {
             self.core.rename(parent.0, name, newparent.0, newname)
         });
         match r {
@@ -422,6 +430,21 @@ impl Filesystem for Adapter {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No ioctl is served (Python's open probes TCGETS): "not a tty".
+        reply.error(Errno::ENOTTY);
     }
 
     fn getxattr(

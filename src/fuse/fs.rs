@@ -351,6 +351,7 @@ impl SessionFs {
                 a.kind = Kind::Symlink;
                 a.perm = 0o777;
                 a.nlink = 1;
+                a.blocks = 0; // a link of the mount's own, no disk use
                 a.size = by_id_target(project, session).len() as u64;
                 Ok(a)
             }
@@ -431,7 +432,8 @@ impl SessionFs {
                 let file = std::fs::OpenOptions::new()
                     .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
                     .write(writing)
-                    .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC))
+                    // O_NONBLOCK: opening a FIFO must not block a request thread.
+                    .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC) | libc::O_NONBLOCK)
                     .open(&path)
                     .map_err(|e| StoreError::io("open", &path, e))?;
                 Handle::File(Arc::new(file))

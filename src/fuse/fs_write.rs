@@ -17,6 +17,27 @@ use crate::store::{
     is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp, StoreError, VIEW_NAME,
 };
 
+/// Who asks for a new file or directory: passed-through entries belong to
+/// them, as on a local file system (the daemon itself may run as root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    /// Gives `path` to this owner, when it is not the daemon's own user.
+    fn apply(self, path: &Path) -> FsResult<()> {
+        // SAFETY: geteuid/getegid cannot fail.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if (self.uid, self.gid) == (euid, egid) {
+            return Ok(());
+        }
+        std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid))
+            .map_err(|e| io_errno(path, "chown", e))
+    }
+}
+
 fn eperm(what: String) -> FsError {
     log::warn!("{what}");
     FsError::Errno(libc::EPERM)
@@ -50,6 +71,7 @@ impl SessionFs {
         name: &OsStr,
         mode: u32,
         flags: i32,
+        owner: Owner,
     ) -> FsResult<(Attr, u64, bool)> {
         let (parent_path, parent_node) = self.node(parent)?;
         let child_path = parent_path.join(name);
@@ -99,6 +121,7 @@ impl SessionFs {
                     .mode(mode & 0o7777)
                     .open(&path)
                     .map_err(|e| io_errno(&path, "create", e))?;
+                owner.apply(&path)?;
                 let ino = self
                     .inodes
                     .ino_for(child_path.clone(), Node::Passthrough { rel: child_path });
@@ -281,7 +304,7 @@ impl SessionFs {
     ///
     /// Errors: EEXIST; EINVAL for a name that is not canonical;
     /// ENAMETOOLONG for an id whose encoded name exceeds 244 bytes.
-    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<Attr> {
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, owner: Owner) -> FsResult<Attr> {
         let (parent_path, parent_node) = self.node(parent)?;
         let child_path = parent_path.join(name);
         if self.lookup(parent, name).is_ok() || self.is_virtual(&child_path) {
@@ -319,6 +342,7 @@ impl SessionFs {
                     .mode(mode & 0o7777)
                     .create(&path)
                     .map_err(|e| io_errno(&path, "mkdir", e))?;
+                owner.apply(&path)?;
                 return self.lookup(parent, name);
             }
             _ => return Err(FsError::Errno(libc::EPERM)),

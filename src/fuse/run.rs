@@ -70,10 +70,19 @@ fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL, bool) {
             "noatime" => out.push(MountOption::NoAtime),
             "noexec" => out.push(MountOption::NoExec),
             "exec" => out.push(MountOption::Exec),
+            "sync" => out.push(MountOption::Sync),
+            "async" => out.push(MountOption::Async),
+            "dirsync" => out.push(MountOption::DirSync),
             // Options for mount(8) itself or for the helper, not the kernel.
             "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" => {}
-            other if other.starts_with("x-") => {}
-            other => out.push(MountOption::CUSTOM(other.to_string())),
+            other if other.starts_with("x-") || other.starts_with("user=") => {}
+            other if other.starts_with("max_read=") || other.starts_with("blksize=") => {
+                out.push(MountOption::CUSTOM(other.to_string()))
+            }
+            // Access-time and device flags have no meaning for this file
+            // system, and the FUSE kernel module refuses unknown options
+            // (EINVAL): say so instead of failing the mount.
+            other => log::warn!("mount option {other:?} is not used by sessionfs; ignoring it"),
         }
     }
     if read_only {
@@ -110,10 +119,40 @@ fn recover_stale_mountpoint(mountpoint: &Path) -> Result<(), String> {
             }
         }
         Err(e) => Err(format!(
-            "mount point {}: {e}; create it (mkdir -p) or pick another",
+            "mount point {}: {e}; create the directory (mkdir -p) or pick another",
             mountpoint.display()
         )),
     }
+}
+
+/// The mount point and the index cache must lie outside the store: inside,
+/// the mount would show itself (an endless tree), and the cache would
+/// write into the store, which reads never do.
+fn refuse_inside_root(config: &MountConfig) -> Result<(), String> {
+    let root = &config.root;
+    let inside = |p: &Path| {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let real = p.canonicalize().unwrap_or(p);
+        real.starts_with(root)
+    };
+    if inside(&config.mountpoint) {
+        return Err(format!(
+            "mount point {} is inside the session root {}; mount it elsewhere",
+            config.mountpoint.display(),
+            root.display()
+        ));
+    }
+    if let Some(dir) = &config.index_dir {
+        if inside(dir) {
+            return Err(format!(
+                "--index-cache {} is inside the session root {}; sessionfs never writes \
+                 caches into the store: pick a directory outside it",
+                dir.display(),
+                root.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `umount2(path, flags)`; true on success.
@@ -195,6 +234,7 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;
     recover_stale_mountpoint(&config.mountpoint)?;
+    refuse_inside_root(&config)?;
     let (mut options, acl, mut read_only) = mount_options(&config);
     if options.contains(&MountOption::AutoUnmount) {
         if acl == SessionACL::Owner {

@@ -467,10 +467,23 @@ fn build_state(
     frames_decoded: &AtomicU64,
     index_dir: Option<&Path>,
 ) -> Result<State> {
-    let file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    // Checked before opening: opening a FIFO would block.
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => return Err(StoreError::header_less(path, "not a regular file")),
+        _ => {}
+    }
+    let file = File::open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::EISDIR) => {
+            StoreError::header_less(path, format!("not a regular file ({e})"))
+        }
+        _ => StoreError::io("open", path, e),
+    })?;
     let meta = file
         .metadata()
         .map_err(|e| StoreError::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(StoreError::header_less(path, "not a regular file"));
+    }
     if meta.len() == 0 {
         return Err(StoreError::header_less(path, "the file is empty"));
     }
