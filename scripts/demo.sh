@@ -133,7 +133,7 @@ else
   if [ $# -eq 0 ]; then
     # The sample store is a scratch copy: show an append through the mount.
     next=$(tail -n 1 -- "$transcript" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()).get("seq", -1) + 1)')
-    line="{\"type\":\"note/demo\",\"seq\":$next,\"time\":$(date +%s000),\"data\":{\"text\":\"appended through sessionfs\"}}"
+    line="{\"type\":\"x-note\",\"seq\":$next,\"time\":$(date +%s000),\"data\":{\"text\":\"appended through sessionfs\"},\"ignorable\":true}"
     say "echo '$line' >> $transcript    # one new zstd frame"
     echo "$line" >> "$transcript"
     say "tail -n 1 -- $transcript"

@@ -173,7 +173,8 @@ enum Compression {
 struct MountArgs {
     /// The session store's root directory.
     root: PathBuf,
-    /// Where to mount it (an existing, empty directory).
+    /// Where to mount it: an existing directory outside ROOT (what it holds
+    /// is hidden while mounted).
     mountpoint: PathBuf,
     /// Refuse every write (EROFS).
     #[arg(long)]
