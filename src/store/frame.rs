@@ -341,37 +341,103 @@ pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameErro
     Ok(plain)
 }
 
-/// Decodes bytes `[from, to)` of one complete data frame's content by
-/// streaming through it, holding only the decoder's window and the slice:
-/// for frames too large to decode whole into memory. The checksum is
-/// verified only when the slice reaches the frame's end.
-///
-/// Errors: [`FrameError::Corrupt`] when decoding fails or the frame ends
-/// before `to`.
-pub fn decode_range(
-    bytes: &[u8],
-    info: &FrameInfo,
-    from: u64,
-    to: u64,
-) -> Result<Vec<u8>, FrameError> {
-    let corrupt = |reason: String| FrameError::Corrupt {
-        offset: info.offset,
-        reason,
-    };
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(bytes)
-        .map_err(|e| corrupt(e.to_string()))?
-        .single_frame();
-    std::io::copy(&mut (&mut decoder).take(from), &mut std::io::sink())
-        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
-    let mut out = Vec::with_capacity((to - from) as usize);
-    (&mut decoder)
-        .take(to - from)
-        .read_to_end(&mut out)
-        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
-    if (out.len() as u64) < to - from {
-        return Err(corrupt("frame decodes to fewer bytes than indexed".into()));
+/// Compressed bytes of one frame, read from the file as a decoder needs
+/// them.
+struct FrameSource {
+    file: std::sync::Arc<File>,
+    at: u64,
+    end: u64,
+}
+
+impl Read for FrameSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf.len().min((self.end - self.at) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = FileExt::read_at(&*self.file, &mut buf[..want], self.at)?;
+        self.at += n as u64;
+        Ok(n)
     }
-    Ok(out)
+}
+
+/// A decoder positioned inside one large frame, so that a sequential
+/// reader of the frame decodes it once, in bounded memory (the decoder's
+/// window and a buffer), however large the frame is.
+pub struct FrameCursor {
+    key: (u64, usize),
+    offset: u64,
+    pos: u64,
+    decoder: zstd::stream::read::Decoder<'static, io::BufReader<FrameSource>>,
+}
+
+impl FrameCursor {
+    /// A cursor at the start of the frame `info` of `file`; `key` names
+    /// the frame for the caller (transcript generation, frame number).
+    ///
+    /// Errors: [`FrameError::Corrupt`] when no decoder can be made.
+    pub fn open(
+        file: std::sync::Arc<File>,
+        info: &FrameInfo,
+        key: (u64, usize),
+    ) -> Result<FrameCursor, FrameError> {
+        let source = FrameSource {
+            file,
+            at: info.offset,
+            end: info.offset + info.len,
+        };
+        let decoder = zstd::stream::read::Decoder::new(source)
+            .map_err(|e| FrameError::Corrupt {
+                offset: info.offset,
+                reason: e.to_string(),
+            })?
+            .single_frame();
+        Ok(FrameCursor {
+            key,
+            offset: info.offset,
+            pos: 0,
+            decoder,
+        })
+    }
+
+    /// The frame this cursor reads.
+    pub fn key(&self) -> (u64, usize) {
+        self.key
+    }
+
+    /// Decompressed bytes consumed so far.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    /// Bytes `[from, to)` of the frame's content; `from` must not be before
+    /// [`FrameCursor::pos`].
+    ///
+    /// Errors: [`FrameError::Corrupt`] when decoding fails, the frame ends
+    /// early, or `from` is behind the cursor.
+    pub fn read_range(&mut self, from: u64, to: u64) -> Result<Vec<u8>, FrameError> {
+        let offset = self.offset;
+        let corrupt = |reason: String| FrameError::Corrupt { offset, reason };
+        if from < self.pos {
+            return Err(corrupt("frame cursor is past the wanted bytes".into()));
+        }
+        let skipped = std::io::copy(
+            &mut (&mut self.decoder).take(from - self.pos),
+            &mut std::io::sink(),
+        )
+        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+        self.pos += skipped;
+        let mut out = Vec::with_capacity((to - from) as usize);
+        (&mut self.decoder)
+            .take(to - from)
+            .read_to_end(&mut out)
+            .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+        self.pos += out.len() as u64;
+        if self.pos < to {
+            return Err(corrupt("frame decodes to fewer bytes than indexed".into()));
+        }
+        Ok(out)
+    }
 }
 
 /// The decompressed length of one complete data frame, learned by

@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::cache::FrameCache;
 use super::error::{Result, StoreError};
-use super::frame::decode_frame;
+use super::frame::{decode_frame, FrameCursor};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
@@ -119,6 +119,8 @@ pub struct Transcript {
     /// End of the last read (view offset): a read starting there is
     /// sequential and gets the next frames decoded ahead.
     last_read_end: AtomicU64,
+    /// Where a reader of a frame too large to cache stopped.
+    large_frame: Mutex<Option<FrameCursor>>,
 }
 
 impl Transcript {
@@ -157,6 +159,7 @@ impl Transcript {
             state: RwLock::new(state),
             frames_decoded,
             last_read_end: AtomicU64::new(u64::MAX),
+            large_frame: Mutex::new(None),
         })
     }
 
@@ -323,13 +326,9 @@ impl Transcript {
             let from = offset.saturating_sub(frame.plain_offset);
             let to = end.min(frame.plain_offset + frame.plain_len) - frame.plain_offset;
             if frame.plain_len > LARGE_FRAME {
-                // Never held whole: decode through the slice wanted only.
-                self.frames_decoded.fetch_add(1, Ordering::Relaxed);
-                let bytes = read_frame(&*file, &frame.info)
-                    .map_err(|e| StoreError::from_frame(&self.path, e))?;
-                let slice = super::frame::decode_range(&bytes, &frame.info, from, to)
-                    .map_err(|e| StoreError::from_frame(&self.path, e))?;
-                out.extend_from_slice(&slice);
+                // Never held whole: decoded through a cursor that a
+                // sequential reader keeps using.
+                out.extend(self.read_large(&file, (generation, number), &frame, from, to)?);
                 continue;
             }
             let plain = decoded_frame(
@@ -343,6 +342,34 @@ impl Transcript {
             out.extend_from_slice(&plain[from as usize..to as usize]);
         }
         Ok(out)
+    }
+
+    /// Bytes `[from, to)` of a frame too large to decode whole, through the
+    /// transcript's large-frame cursor (reused when the read continues
+    /// where the last one stopped).
+    fn read_large(
+        &self,
+        file: &Arc<File>,
+        key: (u64, usize),
+        frame: &IndexedFrame,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<u8>> {
+        let mut slot = self.large_frame.lock();
+        let cursor = match slot.take() {
+            Some(c) if c.key() == key && c.pos() <= from => slot.insert(c),
+            _ => {
+                self.frames_decoded.fetch_add(1, Ordering::Relaxed);
+                let c = FrameCursor::open(Arc::clone(file), &frame.info, key)
+                    .map_err(|e| StoreError::from_frame(&self.path, e))?;
+                slot.insert(c)
+            }
+        };
+        let result = cursor.read_range(from, to);
+        if result.is_err() {
+            *slot = None;
+        }
+        result.map_err(|e| StoreError::from_frame(&self.path, e))
     }
 
     /// Decodes `frames` into the cache on the read-ahead worker, so that a
