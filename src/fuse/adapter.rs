@@ -64,6 +64,14 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// Replies to a request that returns nothing but success or an errno.
+fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn owner_of(req: &Request) -> Owner {
     Owner {
         uid: req.uid(),
@@ -259,10 +267,7 @@ impl Filesystem for Adapter {
         let r = call("flush", &format!("inode {}", ino.0), || {
             self.core.flush(fh.0)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn fsync(
@@ -276,10 +281,7 @@ impl Filesystem for Adapter {
         let r = call("fsync", &format!("inode {}", ino.0), || {
             self.core.fsync(fh.0)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn write(
@@ -353,20 +355,14 @@ impl Filesystem for Adapter {
         let r = call("unlink", &format!("{name:?}"), || {
             self.core.unlink(parent.0, name)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = call("rmdir", &format!("{name:?}"), || {
             self.core.rmdir(parent.0, name)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn rename(
@@ -387,10 +383,7 @@ impl Filesystem for Adapter {
         let r = call("rename", &format!("{name:?}"), || {
             self.core.rename(parent.0, name, newparent.0, newname)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn setattr(

@@ -508,16 +508,23 @@ impl SessionFs {
         Ok(data)
     }
 
-    /// Writers open on transcript `ino`.
-    fn writers_of(&self, ino: u64) -> Vec<Arc<Writer>> {
+    /// Every open writer.
+    pub(super) fn writers(&self) -> Vec<Arc<Writer>> {
         self.handles
             .lock()
             .values()
             .filter_map(|h| match h {
-                Handle::Writer(w) if w.ino == ino => Some(Arc::clone(w)),
+                Handle::Writer(w) => Some(Arc::clone(w)),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Writers open on transcript `ino`.
+    fn writers_of(&self, ino: u64) -> Vec<Arc<Writer>> {
+        let mut writers = self.writers();
+        writers.retain(|w| w.ino == ino);
+        writers
     }
 
     /// Commits the pending complete lines of every writer of `ino`; an

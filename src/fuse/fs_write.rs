@@ -231,16 +231,7 @@ impl SessionFs {
     /// Commits the writers whose batch window has expired (called by the
     /// mount's committer thread).
     pub fn commit_due(&self) {
-        let writers: Vec<Arc<Writer>> = self
-            .handles
-            .lock()
-            .values()
-            .filter_map(|h| match h {
-                Handle::Writer(w) => Some(Arc::clone(w)),
-                _ => None,
-            })
-            .collect();
-        for w in writers {
+        for w in self.writers() {
             if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
                 self.committed_in(&w.session_dir());
                 self.invalidate_attrs(w.ino);
@@ -252,17 +243,8 @@ impl SessionFs {
     /// signal must not lose lines that wait in the batch window). Returns
     /// how many writers committed a batch.
     pub fn commit_all(&self) -> usize {
-        let writers: Vec<Arc<Writer>> = self
-            .handles
-            .lock()
-            .values()
-            .filter_map(|h| match h {
-                Handle::Writer(w) => Some(Arc::clone(w)),
-                _ => None,
-            })
-            .collect();
         let mut committed = 0;
-        for w in writers {
+        for w in self.writers() {
             if let Committed::Batch = w.commit_for_reader(&self.store) {
                 self.committed_in(&w.session_dir());
                 committed += 1;
