@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::identity::{IdLookupError, IdentityRoot};
 use crate::store::catalog::{FindError, SessionListing, SessionSummary};
+use crate::store::error::Shown;
 use crate::store::{naming, Encoding, Store, StoreOptions, DEFAULT_CACHE_BYTES};
 
 /// Exit status: success.
@@ -312,8 +313,25 @@ fn run_detached(args: Vec<OsString>, mountpoint: &Path) -> u8 {
             mountpoint.display()
         ));
     };
+    // The daemon must not hold the caller's output open (a pipe reader
+    // would wait for the unmount): its log goes to $SESSIONFS_LOG_FILE, or
+    // nowhere.
+    let log = std::env::var_os("SESSIONFS_LOG_FILE").and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
+    });
+    let stderr = match log {
+        Some(f) => std::process::Stdio::from(f),
+        None => std::process::Stdio::null(),
+    };
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(&args[1..]).stdin(std::process::Stdio::null());
+    cmd.args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr);
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from the
     // caller's session so that mount(8) can return.
     unsafe {
@@ -512,7 +530,7 @@ fn cmd_mount(args: MountArgs) -> u8 {
 fn cmd_check(args: CheckArgs) -> u8 {
     use crate::store::check::{classify, CheckTarget};
     let path = &args.path;
-    let shown = path.display();
+    let shown = Shown(path);
     match classify(path) {
         CheckTarget::File => check_files(std::slice::from_ref(path), args.repair).0,
         CheckTarget::Root => check_root(path, args.repair),
@@ -548,7 +566,7 @@ fn problem_only(path: &Path, what: &str) -> u8 {
 }
 
 fn problem_line(path: &Path, what: &str) -> String {
-    format!("PROBLEM\t{}\t{what}\n", path.display())
+    format!("PROBLEM\t{}\t{what}\n", Shown(path))
 }
 
 /// Checks each transcript of `paths` and reports it; returns the exit
@@ -615,7 +633,7 @@ fn check_report_text(r: &crate::store::check::CheckReport) -> String {
     } else {
         format!("{} frames, {} bytes decompressed", r.frames, r.plain_len)
     };
-    let mut text = format!("{status}\t{}\t{summary}\n", r.path.display());
+    let mut text = format!("{status}\t{}\t{summary}\n", Shown(&r.path));
     for n in notes {
         text.push_str(&format!("\t{n}\n"));
     }
@@ -671,7 +689,7 @@ fn check_root(root: &Path, repair: bool) -> u8 {
         return if empty {
             match emit(&format!(
                 "ok\t{}\tan empty store (no sessions)\n",
-                root.display()
+                Shown(root)
             )) {
                 Ok(()) => EXIT_OK,
                 Err(written) => written,

@@ -222,17 +222,23 @@ fn mount_helper_form_detaches_once_mounted() {
     let mnt_dir = tempfile::tempdir().unwrap();
     let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
     let guard = Daemon(None, mnt.clone());
-    let status = Command::new("timeout")
+    // Output captured through pipes: the detached daemon must not keep them
+    // open, or this would wait until the unmount (the timeout).
+    let started = Instant::now();
+    let out = Command::new("timeout")
         .arg("40")
         .arg(env!("CARGO_BIN_EXE_sessionfs"))
         .arg(root.path())
         .arg(&mnt)
         .args(["-o", "ro,noatime,relatime,nodiratime"])
         .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success(), "helper form exited {status}");
+    assert!(out.status.success(), "helper form exited {}", out.status);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the caller's pipes were held"
+    );
     assert!(
         is_mounted(&mnt),
         "helper form returned before the mount was ready"
@@ -439,7 +445,21 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
     let root = corpus_copy("normal");
     let inside = root.path().join("--mnt--");
     fs::create_dir(&inside).unwrap();
+    let link_dir = tempfile::tempdir().unwrap();
+    let link = link_dir.path().join("root-link");
+    std::os::unix::fs::symlink(root.path(), &link).unwrap();
     for args in [
+        {
+            // Reached through a symbolic link, not yet existing.
+            let mnt = tempfile::tempdir().unwrap().keep();
+            vec![
+                "mount".into(),
+                root.path().as_os_str().to_owned(),
+                mnt.into_os_string(),
+                "--index-cache".into(),
+                link.join("idx/../cache").into_os_string(),
+            ]
+        },
         vec![
             "mount".into(),
             root.path().as_os_str().to_owned(),

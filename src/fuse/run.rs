@@ -130,11 +130,7 @@ fn recover_stale_mountpoint(mountpoint: &Path) -> Result<(), String> {
 /// write into the store, which reads never do.
 fn refuse_inside_root(config: &MountConfig) -> Result<(), String> {
     let root = &config.root;
-    let inside = |p: &Path| {
-        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-        let real = p.canonicalize().unwrap_or(p);
-        real.starts_with(root)
-    };
+    let inside = |p: &Path| resolved(p).starts_with(root);
     if inside(&config.mountpoint) {
         return Err(format!(
             "mount point {} is inside the session root {}; mount it elsewhere",
@@ -153,6 +149,31 @@ fn refuse_inside_root(config: &MountConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `path` with symbolic links and `..` resolved, also when its last
+/// components do not exist yet: the deepest existing ancestor is resolved
+/// and the rest applied to it.
+fn resolved(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let parts: Vec<std::path::Component> = abs.components().collect();
+    for keep in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..keep].iter().collect();
+        let Ok(mut out) = prefix.canonicalize() else {
+            continue;
+        };
+        for part in &parts[keep..] {
+            match part {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::Normal(name) => out.push(name),
+                _ => {}
+            }
+        }
+        return out;
+    }
+    abs
 }
 
 /// `umount2(path, flags)`; true on success.

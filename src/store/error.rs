@@ -84,6 +84,23 @@ pub enum StoreError {
     PublishUnsupported { root: PathBuf, reason: String },
 }
 
+/// A path as messages show it: control characters (a newline in a name)
+/// escaped, so that one message stays one log line.
+pub struct Shown<'a>(pub &'a Path);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.to_string_lossy().chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Result alias of the store layer.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -164,13 +181,13 @@ impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Io { op, path, source } => {
-                write!(f, "{op} {}: {source}", path.display())
+                write!(f, "{op} {}: {source}", Shown(path))
             }
             StoreError::FlatArtifact { path } => write!(
                 f,
                 "{} uses the retired flat-file layout; move it into \
                  <project>/<session-id>/session.jsonl[.zstd] (or use a separate root)",
-                path.display()
+                Shown(path)
             ),
             StoreError::EncodingMismatch { path, root_is_zstd } => {
                 let (found, root) = if *root_is_zstd {
@@ -182,11 +199,11 @@ impl fmt::Display for StoreError {
                     f,
                     "{} is a {found} transcript in a {root} root; use a separate root \
                      for it or mount with the matching --compression",
-                    path.display()
+                    Shown(path)
                 )
             }
             StoreError::DuplicateId { id_dir, paths } => {
-                let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                let list: Vec<String> = paths.iter().map(|p| Shown(p).to_string()).collect();
                 write!(
                     f,
                     "duplicate session id {id_dir:?} in several project directories ({}); \
@@ -197,14 +214,14 @@ impl fmt::Display for StoreError {
             StoreError::Misplaced { path, expected } => write!(
                 f,
                 "{}: header id and cwd identify {}; move the session directory there",
-                path.display(),
-                expected.display()
+                Shown(path),
+                Shown(expected)
             ),
             StoreError::HeaderLess { path, reason } => write!(
                 f,
                 "{}: empty or header-less transcript ({reason}); restore it from a backup \
                  or move it out of the root",
-                path.display()
+                Shown(path)
             ),
             StoreError::Corrupt {
                 path,
@@ -214,23 +231,23 @@ impl fmt::Display for StoreError {
                 f,
                 "{}: corrupt at byte {offset} ({reason}); run `sessionfs check` on it \
                  or restore it from a backup",
-                path.display()
+                Shown(path)
             ),
             StoreError::UnsupportedVersion { path, detail } => write!(
                 f,
                 "{}: unsupported session format version ({detail}); read it with the \
                  harness version that wrote it",
-                path.display()
+                Shown(path)
             ),
             StoreError::InvalidName { name, reason } => write!(f, "{name:?}: {reason}"),
             StoreError::NameTooLong { name, reason } => write!(f, "{name:?}: {reason}"),
             StoreError::AmbiguousId { reason, .. } => write!(f, "{reason}"),
-            StoreError::NotFound { path } => write!(f, "{}: not found", path.display()),
+            StoreError::NotFound { path } => write!(f, "{}: not found", Shown(path)),
             StoreError::InvalidLine { path, line, reason } => write!(
                 f,
                 "{}: line {line} of the write refused ({reason}); write one JSON object \
                  per line, each with the next seq, and end it with a newline",
-                path.display()
+                Shown(path)
             ),
             StoreError::SeqConflict {
                 path,
@@ -242,28 +259,28 @@ impl fmt::Display for StoreError {
                 "{}: line {line} of the write has seq {found} but the transcript continues \
                  at seq {expected} (another writer may have appended); re-read the end of \
                  the transcript and renumber the batch from seq {expected}",
-                path.display()
+                Shown(path)
             ),
             StoreError::TornTail { path, offset } => write!(
                 f,
                 "{}: the last frame, at byte {offset}, is incomplete (a crashed or still \
                  running writer); nothing was appended, and the mount never truncates: stop \
                  other writers of this session, then run `sessionfs check --repair {}`",
-                path.display(),
-                path.display()
+                Shown(path),
+                Shown(path)
             ),
             StoreError::AlreadyExists { path } => write!(
                 f,
                 "{}: a session with this id already exists; append to it instead, or \
                  choose another id",
-                path.display()
+                Shown(path)
             ),
             StoreError::PublishUnsupported { root, reason } => write!(
                 f,
                 "{}: new sessions cannot be published safely here ({reason}); use a root \
                  on a file system with hard links or renameat2(RENAME_NOREPLACE), or mount \
                  with --read-only",
-                root.display()
+                Shown(root)
             ),
         }
     }
