@@ -81,3 +81,36 @@ fn reads_racing_complete_appends_never_see_zeros() {
 fn reads_racing_incomplete_lines_never_see_zeros() {
     run("split", "--root--/cwd-slash/session.jsonl");
 }
+
+/// A line is held in memory until its newline arrives: one longer than
+/// 16 MiB is refused with EFBIG, and nothing reaches the store.
+#[test]
+fn an_overlong_line_is_refused_with_efbig() {
+    let root = tempfile::tempdir().unwrap();
+    copy_tree(&corpus_dir().join("normal/root"), root.path());
+    let backing = root.path().join("--root--/cwd-root/session.jsonl.zstd");
+    let before = std::fs::read(&backing).unwrap();
+    let mount = Mount::start(root.path(), &[]);
+    let script = r#"
+import errno, sys
+f = open(sys.argv[1], "ab", buffering=0)
+try:
+    for _ in range(20):
+        f.write(b"x" * (1 << 20))
+    print("accepted")
+except OSError as e:
+    print("EFBIG" if e.errno == errno.EFBIG else "errno %d" % e.errno)
+try:
+    f.close()
+except OSError:
+    pass
+"#;
+    let out = Command::new("timeout")
+        .args(["60", "python3", "-c", script])
+        .arg(mount.join("--root--/cwd-root/session.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "EFBIG");
+    mount.stop();
+    assert_eq!(std::fs::read(&backing).unwrap(), before);
+}

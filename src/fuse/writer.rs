@@ -26,7 +26,7 @@ use super::fs::{FsError, FsResult};
 
 /// Longest line a writer may send (bytes): a line is held whole until its
 /// newline arrives, so its length is what the handle costs in memory.
-const MAX_LINE_BYTES: usize = 64 << 20;
+const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Pending complete lines are committed at once when they reach this many
 /// bytes, whatever the batch window: a frame stays a size that readers can
