@@ -1754,14 +1754,33 @@ fn a_childs_close_does_not_swallow_the_owners_commit_error() {
     // A batch made stale by another writer.
     let rel = Path::new(APP).join("Session-A");
     let backing = root.join(&rel).join(ZSTD_NAME);
-    let mine = note(93, "owner", 0);
-    let mut f = open_append(&ma.join(&rel).join(VIEW)).unwrap();
-    f.write_all(mine.as_bytes()).unwrap();
-    append_batch(&mb.join(&rel).join(VIEW), note(93, "other", 0).as_bytes()).unwrap();
-    // A child inherits the descriptor; its exec closes it (a flush).
-    assert!(Command::new("true").status().unwrap().success());
-    let fsync = f.sync_all();
-    let close = close_checked(f);
+    // Other tests of this binary fork and exec too, and their children
+    // also inherit (and close, so flush) our descriptor: if that commits
+    // the owner's line before the other mount's, the scenario did not
+    // happen; it is set up again with the next seq.
+    let mut attempt = 0;
+    let (mine, fsync, close) = loop {
+        attempt += 1;
+        let text = String::from_utf8(zstd_dc(&backing)).unwrap();
+        let next = text.lines().last().map_or(0, seq_of) + 1;
+        let mine = note(next, "owner", attempt);
+        let mut f = open_append(&ma.join(&rel).join(VIEW)).unwrap();
+        f.write_all(mine.as_bytes()).unwrap();
+        let other = append_batch(
+            &mb.join(&rel).join(VIEW),
+            note(next, "other", attempt).as_bytes(),
+        );
+        if other.is_err() && attempt < 5 {
+            let _ = close_checked(f);
+            continue;
+        }
+        other.unwrap();
+        // A child inherits the descriptor; its exec closes it (a flush).
+        assert!(Command::new("true").status().unwrap().success());
+        let fsync = f.sync_all();
+        let close = close_checked(f);
+        break (mine, fsync, close);
+    };
     let stored = String::from_utf8(zstd_dc(&backing)).unwrap();
     assert!(!stored.contains(&mine), "the stale batch was stored");
     let mut failures = Vec::new();
@@ -1774,18 +1793,29 @@ fn a_childs_close_does_not_swallow_the_owners_commit_error() {
     }
 
     // The same for a lost creation race: EEXIST.
-    let id = "created-twice";
-    let rel = session_rel(id, Some(APP_CWD));
-    let header_a = header_line(id, Some(APP_CWD), 1) + &note(0, "a", 0);
-    let header_b = header_line(id, Some(APP_CWD), 2) + &note(0, "b", 0);
-    fs::create_dir(ma.join(&rel)).unwrap();
-    fs::create_dir(mb.join(&rel)).unwrap();
-    let mut f = open_append(&ma.join(&rel).join(VIEW)).unwrap();
-    f.write_all(header_a.as_bytes()).unwrap();
-    append_batch(&mb.join(&rel).join(VIEW), header_b.as_bytes()).unwrap();
-    assert!(Command::new("true").status().unwrap().success());
-    let fsync = f.sync_all();
-    let close = close_checked(f);
+    let mut attempt = 0;
+    let (rel, header_b, fsync, close) = loop {
+        attempt += 1;
+        let id = format!("created-twice-{attempt}");
+        let rel = session_rel(&id, Some(APP_CWD));
+        let header_a = header_line(&id, Some(APP_CWD), 1) + &note(0, "a", 0);
+        let header_b = header_line(&id, Some(APP_CWD), 2) + &note(0, "b", 0);
+        fs::create_dir(ma.join(&rel)).unwrap();
+        fs::create_dir(mb.join(&rel)).unwrap();
+        let mut f = open_append(&ma.join(&rel).join(VIEW)).unwrap();
+        f.write_all(header_a.as_bytes()).unwrap();
+        // As above: a stray flush may publish the owner's session first.
+        let other = append_batch(&mb.join(&rel).join(VIEW), header_b.as_bytes());
+        if other.is_err() && attempt < 5 {
+            let _ = close_checked(f);
+            continue;
+        }
+        other.unwrap();
+        assert!(Command::new("true").status().unwrap().success());
+        let fsync = f.sync_all();
+        let close = close_checked(f);
+        break (rel, header_b, fsync, close);
+    };
     assert_eq!(
         zstd_dc(&root.join(&rel).join(ZSTD_NAME)),
         header_b.as_bytes()
