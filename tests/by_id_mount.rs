@@ -11,19 +11,6 @@ use std::process::Command;
 use common::{assert_errno, copy_tree, corpus_dir, sha256_hex, Mount};
 use sessionfs::store::frame::encode_frame;
 
-fn expected_sha(case: &str, id: &str) -> String {
-    let text = fs::read_to_string(corpus_dir().join(case).join("expected.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["report"]["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == id)
-        .and_then(|s| s["readRaw"]["sha256"].as_str())
-        .unwrap_or_else(|| panic!("{case}: no readRaw for {id}"))
-        .to_string()
-}
-
 #[test]
 fn a_compat_prefixed_id_reads_the_session_from_anywhere() {
     let root = tempfile::tempdir().unwrap();
@@ -43,7 +30,7 @@ fn a_compat_prefixed_id_reads_the_session_from_anywhere() {
     );
     assert_eq!(
         sha256_hex(&out.stdout),
-        expected_sha("normal", "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O")
+        common::expected_readraw_sha("normal", "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O")
     );
     assert_eq!(
         fs::read_link(mount.join(".by-id/cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O")).unwrap(),
@@ -133,7 +120,7 @@ fn a_duplicate_id_is_listed_once_and_refused() {
     );
     assert_eq!(
         sha256_hex(&fs::read(mount.join(".by-id/unique-id/session.jsonl")).unwrap()),
-        expected_sha("duplicate", "unique-id")
+        common::expected_readraw_sha("duplicate", "unique-id")
     );
     mount.stop();
 }

@@ -2,6 +2,8 @@
 //! `--repair` truncates a torn tail so that `zstd -dc` reads exactly the
 //! committed prefix the reference's `readRaw` returned.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -22,20 +24,6 @@ fn check(args: &[&Path], repair: bool) -> (i32, String) {
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
-}
-
-fn expected_sha(case: &str, id: &str) -> String {
-    let text =
-        std::fs::read_to_string(shared().join("corpus").join(case).join("expected.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["report"]["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == id)
-        .and_then(|s| s["readRaw"]["sha256"].as_str())
-        .unwrap()
-        .to_string()
 }
 
 #[test]
@@ -72,7 +60,10 @@ fn repair_truncates_a_torn_tail_to_the_committed_prefix() {
     let plain = Command::new("zstd").arg("-dc").arg(&file).output().unwrap();
     assert!(plain.status.success(), "zstd -dc fails after repair");
     let sha = format!("{:x}", Sha256::digest(&plain.stdout));
-    assert_eq!(sha, expected_sha("torn", "torn-multiblock-mid"));
+    assert_eq!(
+        sha,
+        common::expected_readraw_sha("torn", "torn-multiblock-mid")
+    );
     assert_eq!(check(&[&file], false).0, 0);
 }
 

@@ -649,3 +649,19 @@ pub fn list_dir(dir: &Path) -> Vec<std::ffi::OsString> {
     v.sort();
     v
 }
+
+/// The sha256 of the decompressed transcript that the reference's `readRaw`
+/// returned for session `id` of corpus case `case` (its expected.json).
+#[allow(dead_code)]
+pub fn expected_readraw_sha(case: &str, id: &str) -> String {
+    let text = fs::read_to_string(corpus_dir().join(case).join("expected.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["report"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .and_then(|s| s["readRaw"]["sha256"].as_str())
+        .unwrap_or_else(|| panic!("{case}: no readRaw sha256 for {id}"))
+        .to_string()
+}
