@@ -237,11 +237,9 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
 
 /// Why a raw event line is not one JSON object, if it is not.
 fn json_object_problem(line: &[u8]) -> Option<String> {
-    match serde_json::from_slice::<serde_json::Value>(line) {
-        Ok(serde_json::Value::Object(_)) => None,
-        Ok(_) => Some("not a JSON object".into()),
-        Err(e) => Some(format!("not valid JSON ({e})")),
-    }
+    super::json::parse_object(line, super::json::Utf8::Replace)
+        .err()
+        .map(|e| e.to_string())
 }
 
 /// Checks the first `len` bytes of a raw transcript, line by line.

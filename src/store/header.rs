@@ -5,6 +5,8 @@
 
 use serde_json::{Map, Value};
 
+use super::json::{parse_object, Utf8};
+
 /// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
@@ -31,7 +33,9 @@ pub struct Header {
     pub cwd: Option<String>,
     /// Creation time, milliseconds since the Unix epoch (`createdAt`).
     pub created_at_ms: u64,
-    /// The whole header object as stored, in its stored key order.
+    /// The header object's members in their stored key order, as
+    /// [`super::json::parse_object`] returns them (values nested deeper
+    /// than [`super::json::KEPT_DEPTH`] kept as empty containers).
     pub fields: Map<String, Value>,
 }
 
@@ -65,24 +69,31 @@ fn safe_non_negative_integer(value: Option<&Value>) -> Option<u64> {
     ok.then_some(f as u64)
 }
 
-/// Parses and validates one header line (`line` without its `\n`).
+/// Parses and validates one header line (`line` without its `\n`), read
+/// as the reference reads a file: JSON as `JSON.parse` accepts it, bytes
+/// that are not UTF-8 decoded with replacement (see [`super::json`]).
+/// Writers check UTF-8 themselves before (FORMAT.md).
 ///
-/// Checks, in the reference's order: JSON object; `version` a number and 0
+/// Errors: as [`header_from_fields`], and [`HeaderError::Invalid`] when the
+/// line is not one JSON object.
+pub fn parse_header(line: &[u8]) -> Result<Header, HeaderError> {
+    match parse_object(line, Utf8::Replace) {
+        Ok(fields) => header_from_fields(fields),
+        Err(e) => Err(HeaderError::Invalid(format!("header line is {e}"))),
+    }
+}
+
+/// Validates the members of a header line's object.
+///
+/// Checks, in the reference's order: `version` a number and 0
 /// (else [`HeaderError::UnsupportedVersion`]); `type` = "session", `id`
 /// string, `createdAt` and `delegationDepth` non-negative safe integers,
 /// `origin` absent or "subagent", `agentPreset` absent or a string; no
 /// legacy `sandboxMode`/`approvalPolicy`. Beyond the reference, an optional
 /// `cwd` or `parentSession` must be a string and `cwd` must not be empty
 /// (FORMAT.md: an empty cwd is invalid).
-pub fn parse_header(line: &[u8]) -> Result<Header, HeaderError> {
+pub fn header_from_fields(fields: Map<String, Value>) -> Result<Header, HeaderError> {
     let invalid = |why: &str| Err(HeaderError::Invalid(why.to_string()));
-    let value: Value = match serde_json::from_slice(line) {
-        Ok(v) => v,
-        Err(_) => return invalid("header line is not valid JSON"),
-    };
-    let Value::Object(fields) = value else {
-        return invalid("header line is not a JSON object");
-    };
     if let Some(version) = fields.get("version").and_then(Value::as_f64) {
         if version != 0.0 {
             return Err(HeaderError::UnsupportedVersion(format!(

@@ -16,7 +16,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::error::StoreError;
-use super::header::{parse_header, Header, HeaderError};
+use super::header::{header_from_fields, Header, HeaderError};
+use super::json::{parse_object, Utf8};
 
 /// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -159,77 +160,6 @@ fn safe_integer(value: Option<&Value>) -> Option<i64> {
     ok.then_some(f as i64)
 }
 
-/// Replaces every `\uD800`–`\uDFFF` escape that is not half of a valid
-/// surrogate pair by `\uFFFD` (same length), so that serde_json, which
-/// refuses lone surrogates, can check a line that JavaScript's
-/// `JSON.parse` accepts (a chunk boundary may split a surrogate pair).
-/// Only the structure and the numbers of the copy are used.
-fn mask_lone_surrogates(line: &[u8]) -> Vec<u8> {
-    fn escape_at(b: &[u8], i: usize) -> Option<u16> {
-        let hex = b.get(i..i + 6)?;
-        if hex[0] != b'\\' || hex[1] != b'u' {
-            return None;
-        }
-        let text = std::str::from_utf8(&hex[2..]).ok()?;
-        u16::from_str_radix(text, 16).ok()
-    }
-    let mut out = line.to_vec();
-    let mut in_string = false;
-    let mut i = 0;
-    while i < out.len() {
-        match out[i] {
-            b'"' => {
-                in_string = !in_string;
-                i += 1;
-            }
-            b'\\' if in_string => {
-                let Some(unit) = escape_at(&out, i) else {
-                    i += 2;
-                    continue;
-                };
-                let paired = (0xD800..0xDC00).contains(&unit)
-                    && escape_at(&out, i + 6).is_some_and(|u| (0xDC00..0xE000).contains(&u));
-                if paired {
-                    i += 12;
-                } else {
-                    if (0xD800..0xE000).contains(&unit) {
-                        out[i + 2..i + 6].copy_from_slice(b"FFFD");
-                    }
-                    i += 6;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    out
-}
-
-/// Parses one line (without its `\n`) as exactly one JSON object.
-fn parse_object(line: &[u8]) -> Result<Map<String, Value>, String> {
-    if let Err(e) = std::str::from_utf8(line) {
-        return Err(format!(
-            "not valid UTF-8 (byte {} of the line)",
-            e.valid_up_to() + 1
-        ));
-    }
-    let value: Value =
-        match serde_json::from_slice(line) {
-            Ok(v) => v,
-            Err(first) => serde_json::from_slice(&mask_lone_surrogates(line)).map_err(|_| {
-                match first.classify() {
-                    serde_json::error::Category::Eof => {
-                        "not one JSON object (the JSON text ends early)".to_string()
-                    }
-                    _ => format!("not one JSON object ({first})"),
-                }
-            })?,
-        };
-    match value {
-        Value::Object(map) => Ok(map),
-        _ => Err("not a JSON object".into()),
-    }
-}
-
 /// Checks a packed chunk row as the reference's `validateRow` does and
 /// returns the events it covers.
 fn check_row(tag: &str, members_key: &str, row: &Map<String, Value>) -> Result<SeqSpan, String> {
@@ -304,19 +234,33 @@ fn check_row(tag: &str, members_key: &str, row: &Map<String, Value>) -> Result<S
     Ok(SeqSpan { first: seq0, count })
 }
 
-/// Checks one line (without its `\n`): valid UTF-8, exactly one JSON
-/// object, and either a valid session header or an event with a `type`
-/// string and a `seq` (a non-negative safe integer), or a valid packed
-/// chunk row (`seq0` and its members).
+/// Checks one line to be written (without its `\n`): valid UTF-8, then
+/// as [`read_record`].
 ///
 /// Errors: the reason, as a sentence fragment.
 pub fn parse_record(line: &[u8]) -> Result<Record, String> {
-    let map = parse_object(line)?;
-    let Some(tag) = map.get("type").and_then(Value::as_str) else {
+    record_of(line, Utf8::Require)
+}
+
+/// Reads one committed line (without its `\n`) as the reference does
+/// (bytes that are not UTF-8 decoded with replacement): exactly one JSON
+/// object as `JSON.parse` reads it ([`super::json`]), and either a valid
+/// session header or an event with a `type` string and a `seq` (a
+/// non-negative safe integer), or a valid packed chunk row (`seq0` and its
+/// members).
+///
+/// Errors: the reason, as a sentence fragment.
+pub fn read_record(line: &[u8]) -> Result<Record, String> {
+    record_of(line, Utf8::Replace)
+}
+
+fn record_of(line: &[u8], utf8: Utf8) -> Result<Record, String> {
+    let map = parse_object(line, utf8).map_err(|e| e.to_string())?;
+    let Some(tag) = map.get("type").and_then(Value::as_str).map(str::to_owned) else {
         return Err("the record has no \"type\" string".into());
     };
     if tag == "session" {
-        return match parse_header(line) {
+        return match header_from_fields(map) {
             Ok(h) => Ok(Record::Header(Box::new(h))),
             Err(HeaderError::Invalid(why)) => Err(format!("invalid session header: {why}")),
             Err(HeaderError::UnsupportedVersion(why)) => Err(format!(
@@ -344,7 +288,7 @@ pub fn parse_record(line: &[u8]) -> Result<Record, String> {
 ///
 /// Errors: the reason, when the line is not a valid record.
 pub fn next_seq_after_line(line: &[u8]) -> Result<u64, String> {
-    match parse_record(line)? {
+    match read_record(line)? {
         Record::Header(_) => Ok(0),
         Record::Event(span) => Ok(span.end()),
     }

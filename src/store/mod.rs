@@ -14,6 +14,7 @@ pub mod frame;
 pub mod header;
 pub mod index;
 pub mod index_store;
+pub mod json;
 pub mod lines;
 pub mod naming;
 pub mod publish;

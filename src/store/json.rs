@@ -1,0 +1,554 @@
+//! One JSON line as the reference reads it: ECMAScript `JSON.parse` over
+//! the line decoded as UTF-8.
+//!
+//! Source: FORMAT.md ("Event lines", "Header line"); the reference reads
+//! every line with `JSON.parse(buffer.toString("utf8"))`, so this module
+//! accepts exactly what that accepts:
+//!
+//! * any nesting depth (V8's `JSON.parse` has no depth limit; measured with
+//!   the oracle at 10,000,000 levels). The scanner is iterative: it keeps
+//!   one byte per open container beyond [`KEPT_DEPTH`], so memory is bounded
+//!   by the line's length, and no recursion depth is chosen by the input;
+//! * every escape `JSON.parse` accepts, lone surrogate escapes included
+//!   (kept as U+FFFD in the returned strings, as `String.toWellFormed`
+//!   would show them);
+//! * numbers as JavaScript reads them: the nearest `f64` (`1.0` and `1e0`
+//!   are 1, `9007199254740993` is 2^53, `-0` stays negative zero, an
+//!   exponent past the `f64` range is ±Infinity);
+//! * the last of duplicate keys wins (at the first key's position).
+//!
+//! Bytes that are not valid UTF-8 are handled as the caller asks
+//! ([`Utf8::Replace`] when reading a committed file, as the reference's
+//! decoder does; [`Utf8::Require`] when checking a line to be written).
+
+use serde_json::{Map, Number, Value};
+
+/// Containers nested deeper than this (the line's object is level 1) are
+/// checked but not kept: they appear in the returned map as an empty array
+/// or an empty object of the same kind. Level 3 holds everything sessionfs
+/// reads (a packed row's `data.texts` array).
+pub const KEPT_DEPTH: usize = 3;
+
+/// What to do with bytes that are not valid UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Utf8 {
+    /// Refuse the line (FORMAT.md: a written line must be UTF-8).
+    Require,
+    /// Decode with U+FFFD replacement first, as the reference's
+    /// `Buffer.toString("utf8")` does when it reads a file.
+    Replace,
+}
+
+/// Why a line is not one JSON object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    /// 0-based byte offset in the (decoded) line where the problem is.
+    pub offset: usize,
+    /// What is wrong, as a sentence fragment.
+    pub reason: &'static str,
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not one JSON object ({} at byte {} of the line)",
+            self.reason,
+            self.offset + 1
+        )
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+/// Parses one line (without its `\n`) as exactly one JSON object, the way
+/// `JSON.parse` does, and returns its top-level members (see
+/// [`KEPT_DEPTH`] for what is kept of deep values).
+///
+/// Errors: [`JsonError`] when the line is not valid UTF-8 (with
+/// [`Utf8::Require`]), not JSON, or JSON but not an object.
+pub fn parse_object(line: &[u8], utf8: Utf8) -> Result<Map<String, Value>, JsonError> {
+    let text = match (std::str::from_utf8(line), utf8) {
+        (Ok(s), _) => std::borrow::Cow::Borrowed(s),
+        (Err(e), Utf8::Require) => {
+            return Err(JsonError {
+                offset: e.valid_up_to(),
+                reason: "not valid UTF-8",
+            })
+        }
+        (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
+    };
+    match Parser::new(text.as_bytes()).parse()? {
+        Value::Object(map) => Ok(map),
+        _ => Err(JsonError {
+            offset: 0,
+            reason: "a JSON value that is not an object",
+        }),
+    }
+}
+
+/// A container open at a kept level.
+enum Open {
+    Array(Vec<Value>),
+    /// Members so far, and the key whose value comes next.
+    Object(Map<String, Value>, Option<String>),
+}
+
+struct Parser<'a> {
+    b: &'a [u8],
+    i: usize,
+    /// Containers at levels 1..=KEPT_DEPTH.
+    kept: Vec<Open>,
+    /// Containers below the kept levels: `true` for an object.
+    deep: Vec<bool>,
+}
+
+fn err<T>(offset: usize, reason: &'static str) -> Result<T, JsonError> {
+    Err(JsonError { offset, reason })
+}
+
+impl<'a> Parser<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Parser {
+            b,
+            i: 0,
+            kept: Vec::new(),
+            deep: Vec::new(),
+        }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn depth(&self) -> usize {
+        self.kept.len() + self.deep.len()
+    }
+
+    fn keep_next(&self) -> bool {
+        self.deep.is_empty() && self.kept.len() < KEPT_DEPTH
+    }
+
+    /// The whole text: one value, then only whitespace.
+    fn parse(mut self) -> Result<Value, JsonError> {
+        // The state machine: after a value is complete (`done`), it is
+        // placed into the innermost open container or becomes the result.
+        let mut result = None;
+        loop {
+            self.ws();
+            // Expecting a value here.
+            let start = self.i;
+            let value = match self.b.get(self.i) {
+                None => return err(self.i, "the JSON text ends early"),
+                Some(b'{') | Some(b'[') => {
+                    let object = self.b[self.i] == b'{';
+                    self.i += 1;
+                    if self.keep_next() {
+                        self.kept.push(if object {
+                            Open::Object(Map::new(), None)
+                        } else {
+                            Open::Array(Vec::new())
+                        });
+                    } else {
+                        self.deep.push(object);
+                    }
+                    self.ws();
+                    let close = if object { b'}' } else { b']' };
+                    if self.b.get(self.i) == Some(&close) {
+                        self.i += 1;
+                        Some(self.close_container())
+                    } else if object {
+                        self.key()?;
+                        None
+                    } else {
+                        None
+                    }
+                }
+                Some(b'"') => {
+                    let keep = self.deep.is_empty();
+                    Some(self.string(keep)?.map_or(Value::Null, Value::String))
+                }
+                Some(b'-' | b'0'..=b'9') => Some(self.number()?),
+                Some(b't') => Some(self.literal(b"true", Value::Bool(true))?),
+                Some(b'f') => Some(self.literal(b"false", Value::Bool(false))?),
+                Some(b'n') => Some(self.literal(b"null", Value::Null)?),
+                Some(_) => return err(start, "unexpected character where a value belongs"),
+            };
+            let Some(mut value) = value else {
+                continue; // a container was opened; its first value follows
+            };
+            // Place the value, then close every container that ends here.
+            loop {
+                if self.depth() == 0 {
+                    result = Some(value);
+                    break;
+                }
+                self.place(value);
+                self.ws();
+                let object = self.innermost_is_object();
+                match self.b.get(self.i) {
+                    Some(b',') => {
+                        self.i += 1;
+                        if object {
+                            self.ws();
+                            self.key()?;
+                        }
+                        break;
+                    }
+                    Some(b'}') if object => {
+                        self.i += 1;
+                        value = self.close_container();
+                    }
+                    Some(b']') if !object => {
+                        self.i += 1;
+                        value = self.close_container();
+                    }
+                    None => return err(self.i, "the JSON text ends early"),
+                    Some(_) => {
+                        return err(
+                            self.i,
+                            if object {
+                                "expected ',' or '}'"
+                            } else {
+                                "expected ',' or ']'"
+                            },
+                        )
+                    }
+                }
+            }
+            if let Some(value) = result.take() {
+                self.ws();
+                if self.i != self.b.len() {
+                    return err(self.i, "text after the JSON value");
+                }
+                return Ok(value);
+            }
+        }
+    }
+
+    fn innermost_is_object(&self) -> bool {
+        match self.deep.last() {
+            Some(&object) => object,
+            None => matches!(self.kept.last(), Some(Open::Object(..))),
+        }
+    }
+
+    /// Pops the innermost container and returns it as a value (an empty
+    /// placeholder of its kind below the kept levels).
+    fn close_container(&mut self) -> Value {
+        if let Some(object) = self.deep.pop() {
+            return if object {
+                Value::Object(Map::new())
+            } else {
+                Value::Array(Vec::new())
+            };
+        }
+        match self.kept.pop() {
+            Some(Open::Array(items)) => Value::Array(items),
+            Some(Open::Object(map, _)) => Value::Object(map),
+            None => Value::Null, // not reached: callers close only open containers
+        }
+    }
+
+    /// Adds a complete value to the innermost container.
+    fn place(&mut self, value: Value) {
+        if !self.deep.is_empty() {
+            return;
+        }
+        match self.kept.last_mut() {
+            Some(Open::Array(items)) => items.push(value),
+            Some(Open::Object(map, key)) => {
+                if let Some(key) = key.take() {
+                    // IndexMap insert: the last value wins, at the first key's place.
+                    map.insert(key, value);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// A member's key and its `:`; remembers the key at a kept level.
+    fn key(&mut self) -> Result<(), JsonError> {
+        if self.b.get(self.i) != Some(&b'"') {
+            return err(self.i, "expected a string key");
+        }
+        let keep = self.deep.is_empty();
+        let key = self.string(keep)?;
+        if let (Some(Open::Object(_, slot)), true) = (self.kept.last_mut(), keep) {
+            *slot = key;
+        }
+        self.ws();
+        if self.b.get(self.i) != Some(&b':') {
+            return err(self.i, "expected ':' after a key");
+        }
+        self.i += 1;
+        Ok(())
+    }
+
+    fn hex4(&self, at: usize) -> Result<u16, JsonError> {
+        let digits = self.b.get(at..at + 4).ok_or(JsonError {
+            offset: at,
+            reason: "the JSON text ends early",
+        })?;
+        let mut unit = 0u16;
+        for &d in digits {
+            let v = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                b'A'..=b'F' => d - b'A' + 10,
+                _ => return err(at, "bad \\u escape"),
+            };
+            unit = unit << 4 | u16::from(v);
+        }
+        Ok(unit)
+    }
+
+    /// A string starting at its opening quote. Returns its text when
+    /// `keep` (lone surrogates as U+FFFD).
+    fn string(&mut self, keep: bool) -> Result<Option<String>, JsonError> {
+        let open = self.i;
+        self.i += 1;
+        let mut out = keep.then(String::new);
+        let mut run = self.i; // start of the unescaped run being copied
+        loop {
+            let Some(&c) = self.b.get(self.i) else {
+                return err(open, "unterminated string");
+            };
+            match c {
+                b'"' => {
+                    if let Some(out) = out.as_mut() {
+                        out.push_str(self.text(run, self.i));
+                    }
+                    self.i += 1;
+                    return Ok(out);
+                }
+                0x00..=0x1f => return err(self.i, "control character inside a string"),
+                b'\\' => {
+                    if let Some(out) = out.as_mut() {
+                        out.push_str(self.text(run, self.i));
+                    }
+                    let esc = self.i;
+                    let Some(&kind) = self.b.get(self.i + 1) else {
+                        return err(esc, "unterminated string");
+                    };
+                    self.i += 2;
+                    let ch = match kind {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let unit = self.hex4(self.i)?;
+                            self.i += 4;
+                            self.code_unit(unit)?
+                        }
+                        _ => return err(esc, "bad escape"),
+                    };
+                    if let Some(out) = out.as_mut() {
+                        out.push(ch);
+                    }
+                    run = self.i;
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// The character of a `\uXXXX` escape whose unit is `unit` (already
+    /// consumed): a high surrogate followed by a `\u` low surrogate joins
+    /// it; any other surrogate is lone and reads as U+FFFD.
+    fn code_unit(&mut self, unit: u16) -> Result<char, JsonError> {
+        if (0xD800..0xDC00).contains(&unit) && self.b.get(self.i..self.i + 2) == Some(b"\\u") {
+            if let Ok(low) = self.hex4(self.i + 2) {
+                if (0xDC00..0xE000).contains(&low) {
+                    self.i += 6;
+                    let c =
+                        0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
+                    return Ok(char::from_u32(c).unwrap_or('\u{FFFD}'));
+                }
+            }
+        }
+        Ok(char::from_u32(u32::from(unit)).unwrap_or('\u{FFFD}'))
+    }
+
+    fn text(&self, from: usize, to: usize) -> &str {
+        // The input is UTF-8 and `from`/`to` sit at ASCII bytes.
+        std::str::from_utf8(&self.b[from..to]).unwrap_or("\u{FFFD}")
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.b.get(self.i) {
+            self.i += 1;
+        }
+        self.i - start
+    }
+
+    /// A number: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, read as
+    /// the nearest `f64`.
+    fn number(&mut self) -> Result<Value, JsonError> {
+        let start = self.i;
+        if self.b[self.i] == b'-' {
+            self.i += 1;
+        }
+        match self.b.get(self.i) {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return err(self.i, "bad number"),
+        }
+        if self.b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            if self.digits() == 0 {
+                return err(self.i, "bad number (no digit after '.')");
+            }
+        }
+        if let Some(b'e' | b'E') = self.b.get(self.i) {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.b.get(self.i) {
+                self.i += 1;
+            }
+            if self.digits() == 0 {
+                return err(self.i, "bad number (no digit in the exponent)");
+            }
+        }
+        let f: f64 = self.text(start, self.i).parse().unwrap_or(f64::NAN);
+        Ok(js_number(f))
+    }
+
+    fn literal(&mut self, word: &[u8], value: Value) -> Result<Value, JsonError> {
+        if self.b.get(self.i..self.i + word.len()) != Some(word) {
+            return err(self.i, "unexpected character where a value belongs");
+        }
+        self.i += word.len();
+        Ok(value)
+    }
+}
+
+/// A JavaScript number as a JSON value: integers (not negative zero)
+/// within the `i64` range as integers, other finite numbers as floats,
+/// ±Infinity as ±`f64::MAX` (still a number, never a safe integer).
+fn js_number(f: f64) -> Value {
+    let f = if f.is_infinite() {
+        f.signum() * f64::MAX
+    } else {
+        f
+    };
+    let integral = f.fract() == 0.0 && !(f == 0.0 && f.is_sign_negative());
+    if integral && f.abs() < 9.2e18 {
+        return Value::Number(Number::from(f as i64));
+    }
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(line: &str) -> Map<String, Value> {
+        parse_object(line.as_bytes(), Utf8::Require).unwrap_or_else(|e| panic!("{line}: {e}"))
+    }
+
+    fn bad(line: &[u8]) {
+        assert!(
+            parse_object(line, Utf8::Require).is_err(),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+
+    #[test]
+    fn accepts_what_json_parse_accepts() {
+        let m = ok(r#" {"a":1,"b":[1,{"c":[true,false,null]}],"a":"x"} "#);
+        assert_eq!(m["a"], "x");
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(ok(r#"{"s":1.0}"#)["s"].as_u64(), Some(1));
+        assert_eq!(ok(r#"{"s":1e0}"#)["s"].as_u64(), Some(1));
+        assert_eq!(ok(r#"{"s":10E-1}"#)["s"].as_u64(), Some(1));
+        assert_eq!(
+            ok(r#"{"s":9007199254740993}"#)["s"].as_u64(),
+            Some(9_007_199_254_740_992)
+        );
+        assert!(ok(r#"{"s":-0}"#)["s"].as_f64().unwrap().is_sign_negative());
+        assert_eq!(ok(r#"{"s":1e400}"#)["s"].as_f64(), Some(f64::MAX));
+        assert_eq!(
+            ok(r#"{"s":"\ud800\ud83d\ude80\u00e9\/\b"}"#)["s"],
+            "\u{FFFD}🚀é/\u{8}"
+        );
+        assert_eq!(ok("{\"s\":\"\u{7f}\u{2028}\"}")["s"], "\u{7f}\u{2028}");
+        assert_eq!(ok("{}\r\t ").len(), 0);
+    }
+
+    #[test]
+    fn deep_nesting_without_recursion() {
+        let depth = 1_000_000;
+        let line = format!("{{\"v\":{}\"x\"{}}}", "[".repeat(depth), "]".repeat(depth));
+        let m = ok(&line);
+        assert_eq!(
+            m["v"],
+            Value::Array(vec![Value::Array(vec![Value::Array(vec![])])])
+        );
+        let line = format!(
+            "{{\"v\":{}1{}}}",
+            "{\"a\":".repeat(depth),
+            "}".repeat(depth)
+        );
+        ok(&line);
+        let unclosed = format!("{{\"v\":{}", "[".repeat(depth));
+        bad(unclosed.as_bytes());
+    }
+
+    #[test]
+    fn refuses_near_json() {
+        for line in [
+            &b""[..],
+            b"[]",
+            b"1",
+            b"\"s\"",
+            b"null",
+            b"{",
+            b"{}}",
+            b"{} {}",
+            b"{,}",
+            b"{\"a\"}",
+            b"{\"a\":}",
+            b"{\"a\":1,}",
+            b"{\"a\":[1,]}",
+            b"{a:1}",
+            b"{'a':1}",
+            b"{\"a\":01}",
+            b"{\"a\":1.}",
+            b"{\"a\":.5}",
+            b"{\"a\":+1}",
+            b"{\"a\":1e}",
+            b"{\"a\":-}",
+            b"{\"a\":NaN}",
+            b"{\"a\":Infinity}",
+            b"{\"a\":tru}",
+            b"{\"a\":\"\\x\"}",
+            b"{\"a\":\"\\u12G4\"}",
+            b"{\"a\":\"\\u12\"}",
+            b"{\"a\":\"\t\"}",
+            b"{\"a\":\"unterminated}",
+            b"\xef\xbb\xbf{}",
+            b"{\"a\":\"\xff\"}",
+            b"{\"a\":1}\x0c",
+        ] {
+            bad(line);
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_when_reading() {
+        let m = parse_object(b"{\"p\":\"a\xffb\"}", Utf8::Replace).unwrap();
+        assert_eq!(m["p"], "a\u{FFFD}b");
+        assert!(parse_object(b"{\"p\":1}\xff", Utf8::Replace).is_err());
+    }
+}
