@@ -18,7 +18,6 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -29,23 +28,11 @@ use sessionfs::store::json::{parse_object, Utf8};
 use sessionfs::store::lines::{parse_record, Record, MAX_SAFE_INTEGER};
 use sessionfs::store::naming::{encode_id, project_dir_name};
 
+#[path = "oracle/helper.rs"]
+mod oracle;
+
 /// Lines generated per run (the issue asks for at least 2,000).
 const LINES: usize = 2_400;
-
-/// The installed reference oracle (see the module doc).
-pub fn oracle_dir() -> PathBuf {
-    let dir = std::env::var_os("SESSIONFS_ORACLE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("sessionfs-oracle"));
-    assert!(
-        dir.join("node_modules/.bin/node").exists() && dir.join("lib.mjs").exists(),
-        "the reference oracle is not installed at {}: install it \
-         (`cp -a ../shared/tools/oracle/. DIR && (cd DIR && npm ci)`) and set \
-         SESSIONFS_ORACLE_DIR=DIR; .ci/run does this. This test never skips.",
-        dir.display()
-    );
-    dir
-}
 
 // ---------------------------------------------------------------------------
 // Generators: JSON text spelled in every way JSON.parse reads
@@ -336,24 +323,9 @@ fn sessionfs_reading(line: &str) -> Reading {
 }
 
 fn oracle_readings(root: &Path, id: &str) -> Vec<Reading> {
-    let dir = oracle_dir();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/read_lines.mjs");
-    let out = Command::new("timeout")
-        .args(["-k", "5", "300"])
-        .arg(dir.join("node_modules/.bin/node"))
-        .arg("--max-old-space-size=2048")
-        .arg(&script)
-        .arg(&dir)
-        .arg(root)
-        .arg(id)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the oracle script failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let out = oracle::script(
+        "read_lines.mjs",
+        [root.as_os_str(), std::ffi::OsStr::new(id)],
     );
     let report: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
     report
