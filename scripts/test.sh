@@ -3,7 +3,7 @@
 # tests that mount copies of ../shared/corpus through FUSE.
 #
 # Needs: a Rust toolchain, /dev/fuse, root (the tests mount with mount(2)),
-# and the tools the tests compare against: zstd and python3 (fuse3 is
+# and the tools the tests compare against: zstd, python3 and rsync (fuse3 is
 # installed for fusermount3). Missing tools are installed with apt when run
 # as root.
 #
@@ -15,6 +15,7 @@ missing=()
 command -v zstd >/dev/null 2>&1 || missing+=(zstd)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing ${missing[*]}" >&2

@@ -386,6 +386,22 @@ impl Filesystem for Adapter {
         reply_empty(reply, r);
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = call("fallocate", &format!("inode {}", ino.0), || {
+            self.core.fallocate(ino.0, fh.0, offset, length, mode)
+        });
+        reply_empty(reply, r);
+    }
+
     fn setattr(
         &self,
         _req: &Request,

@@ -383,13 +383,15 @@ impl SessionFs {
             Node::Transcript { project, session } => {
                 let t = match self.store.transcript(project, session) {
                     Err(StoreError::NotFound { .. }) if self.has_unpublished_writer(ino) => {
-                        return Ok(new_transcript_attr(ino))
+                        let mut a = new_transcript_attr(ino);
+                        a.size = self.pending_len_of(ino);
+                        return Ok(a);
                     }
                     other => other?,
                 };
                 let view = t.refresh()?;
                 let mut a = attr_of(ino, &view.meta);
-                a.size = view.plain_len;
+                a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)
             }
             Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
@@ -525,6 +527,17 @@ impl SessionFs {
         let mut writers = self.writers();
         writers.retain(|w| w.ino == ino);
         writers
+    }
+
+    /// Bytes of complete lines pending in this mount's handles on the
+    /// transcript `ino`: added to its committed length wherever the mount
+    /// reports a size (getattr, fstat, truncate and fallocate checks;
+    /// MOUNT.md, Attributes). Incomplete lines are not counted.
+    pub(super) fn pending_len_of(&self, ino: u64) -> u64 {
+        self.writers_of(ino)
+            .iter()
+            .map(|w| w.pending_complete_len())
+            .sum()
     }
 
     /// Commits the pending complete lines of every writer of `ino`; an

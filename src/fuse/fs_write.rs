@@ -149,6 +149,11 @@ impl SessionFs {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
             Some(Handle::Writer(w)) => {
+                // The size this write must continue includes the lines
+                // pending in the transcript's other handles: they are
+                // committed first, so that this handle's lines are checked
+                // against them and land after them.
+                self.commit_others_of(&w);
                 let committed_len = self.committed_len(&w)?;
                 let n = w.write(
                     &self.store,
@@ -174,6 +179,21 @@ impl SessionFs {
             }
             Some(Handle::Transcript(_)) => Err(FsError::Errno(libc::EBADF)),
             _ => Err(FsError::Errno(libc::EBADF)),
+        }
+    }
+
+    /// Commits the pending complete lines of the other handles open on
+    /// `w`'s transcript; their errors stay recorded on them.
+    fn commit_others_of(&self, w: &Arc<Writer>) {
+        for other in self.writers() {
+            if other.ino == w.ino
+                && !Arc::ptr_eq(&other, w)
+                && other.pending_complete_len() > 0
+                && matches!(other.commit_for_reader(&self.store), Committed::Batch)
+            {
+                self.committed_in(&other.session_dir());
+                self.invalidate_attrs(other.ino);
+            }
         }
     }
 
@@ -432,11 +452,19 @@ impl SessionFs {
         let (path, node) = self.node(ino)?;
         let backing = match &node {
             Node::Transcript { project, session } => {
+                // The size is the committed length plus the complete lines
+                // pending in this mount's handles (MOUNT.md, Attributes):
+                // truncating to it is a no-op, anything else is refused and
+                // changes nothing, pending lines included.
                 if let Some(size) = size {
                     let current = self.getattr(ino)?.size;
                     if size != current {
+                        let pending = self.pending_len_of(ino);
                         return Err(eperm(format!(
-                            "truncate of {} to {size} bytes refused: transcripts are append-only",
+                            "truncate of {} to {size} bytes refused: transcripts are \
+                             append-only; it is {current} bytes long ({pending} of them in \
+                             lines not yet committed) and only a truncate to that length is \
+                             accepted (it changes nothing)",
                             path.display()
                         )));
                     }
@@ -485,6 +513,54 @@ impl SessionFs {
             }
         }
         self.getattr(ino)
+    }
+
+    /// `fallocate(2)` with `mode` over `[offset, offset + length)`. On a
+    /// transcript only what changes neither its size nor its bytes
+    /// succeeds, as a no-op: plain allocation within the size (committed
+    /// plus pending complete lines, MOUNT.md, Attributes) or with
+    /// `FALLOC_FL_KEEP_SIZE`. A passed-through file is allocated for real.
+    ///
+    /// Errors: EPERM for a transcript range past its size or any mode that
+    /// rewrites bytes (punch hole, zero, collapse, insert range); EBADF;
+    /// the backing call's error.
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
+        let (path, node) = self.node(ino)?;
+        if let Node::Transcript { .. } = node {
+            let size = self.getattr(ino)?.size;
+            let end = offset.saturating_add(length);
+            let keeps = mode == libc::FALLOC_FL_KEEP_SIZE || (mode == 0 && end <= size);
+            if !keeps {
+                return Err(eperm(format!(
+                    "fallocate of {} (mode {mode:#x}, bytes {offset}..{end}) refused: \
+                     transcripts are append-only and {size} bytes long; append lines instead",
+                    path.display()
+                )));
+            }
+            return Ok(());
+        }
+        let handle = self.handles.lock().get(&fh).map(Handle::share);
+        let Some(Handle::File(f)) = handle else {
+            return Err(FsError::Errno(libc::EBADF));
+        };
+        let (Ok(offset), Ok(length)) = (i64::try_from(offset), i64::try_from(length)) else {
+            return Err(FsError::Errno(libc::EINVAL));
+        };
+        // SAFETY: the descriptor belongs to `f`, open for the call's duration.
+        let r =
+            unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&*f), mode, offset, length) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+        Ok(())
     }
 
     /// Names that the mount never lets a writer use, for the adapter.

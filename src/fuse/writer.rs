@@ -187,7 +187,11 @@ impl Writer {
             einval(format!(
                 "write to {}/session.jsonl refused: {}",
                 self.session_dir().display(),
-                e.into_store(&store.backing_path(&self.session_dir())),
+                e.into_store(
+                    &store
+                        .backing_path(&self.session_dir())
+                        .join(store.encoding().file_name())
+                ),
             ))
         })?;
         if let Some(header) = &checked.header {
@@ -316,6 +320,13 @@ impl Writer {
         let mut out = p.lines.clone();
         out.extend_from_slice(&p.partial);
         out
+    }
+
+    /// Length in bytes of the complete lines accepted on this handle and
+    /// not yet committed (an incomplete last line is not counted): what
+    /// this handle adds to the transcript's size (MOUNT.md, Attributes).
+    pub fn pending_complete_len(&self) -> u64 {
+        self.pending.lock().lines.len() as u64
     }
 
     /// Commits when the batch window has expired; an error is kept for the
