@@ -24,8 +24,9 @@ use super::inode::{InodeTable, Node, BY_ID_DIR};
 use super::writer::Writer;
 use crate::store::{EntryKind, Store, StoreError, Transcript, VIEW_NAME};
 
-/// Names file managers probe for at the root and project levels; they get
-/// a fast ENOENT without touching the disk (MOUNT.md, Details).
+/// Names file managers probe for at the root and project levels; when they
+/// do not exist they get a fast ENOENT (one `lstat`, no store lookup, no
+/// log line; MOUNT.md, Details).
 const PROBE_NAMES: [&str; 9] = [
     ".Trash",
     ".hidden",
@@ -264,7 +265,7 @@ impl SessionFs {
             Node::Root => {
                 if name == BY_ID_DIR {
                     Node::ById
-                } else if is_probe_name(name) {
+                } else if self.is_absent_probe(&child_path) {
                     return Err(FsError::Errno(libc::ENOENT));
                 } else {
                     let backing = self.store.backing_path(Path::new(name));
@@ -284,7 +285,7 @@ impl SessionFs {
                 Node::ByIdLink { project, session }
             }
             Node::Project { project } => {
-                if is_probe_name(name) {
+                if self.is_absent_probe(&child_path) {
                     return Err(FsError::Errno(libc::ENOENT));
                 }
                 match self.store.lookup_in_project(&project, name) {
@@ -326,6 +327,17 @@ impl SessionFs {
         let attr_node = child.clone();
         let ino = self.inodes.ino_for(child_path, child);
         self.attr(ino, &attr_node)
+    }
+
+    /// Whether `path` (relative to the root, at the root or project level)
+    /// is a name file managers probe for that does not exist: such names
+    /// get ENOENT without the store's lookup and without a log line. One
+    /// that exists (a `.git` directory) is looked up like any other name,
+    /// so that it shows with its real type, as readdir lists it.
+    fn is_absent_probe(&self, path: &Path) -> bool {
+        path.file_name().is_some_and(is_probe_name)
+            && !self.is_virtual(path)
+            && std::fs::symlink_metadata(self.store.backing_path(path)).is_err()
     }
 
     /// Attributes of an inode. A transcript's size is re-read from its

@@ -254,13 +254,28 @@ impl fmt::Display for StoreError {
                 line,
                 expected,
                 found,
-            } => write!(
-                f,
-                "{}: line {line} of the write has seq {found} but the transcript continues \
-                 at seq {expected} (another writer may have appended); re-read the end of \
-                 the transcript and renumber the batch from seq {expected}",
-                Shown(path)
-            ),
+            } => {
+                // A seq already in the transcript is what a concurrent
+                // append produces; a seq past the end is a gap in the batch.
+                let why = if found < expected {
+                    format!(
+                        "seq {found} is already in the transcript (another writer may have \
+                         appended it)"
+                    )
+                } else {
+                    format!(
+                        "seq {found} would leave a gap (seq {expected} to {} are missing)",
+                        found - 1
+                    )
+                };
+                write!(
+                    f,
+                    "{}: line {line} of the write has seq {found}, expected seq {expected}: \
+                     {why}; re-read the end of the transcript and number the batch from seq \
+                     {expected}",
+                    Shown(path)
+                )
+            }
             StoreError::TornTail { path, offset } => write!(
                 f,
                 "{}: the last frame, at byte {offset}, is incomplete (a crashed or still \

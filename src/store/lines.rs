@@ -572,5 +572,24 @@ mod tests {
         assert_eq!(e.errno(), libc::EINVAL);
         let msg = e.to_string();
         assert!(msg.contains("line 2") && msg.contains("seq 9") && msg.contains("seq 4"));
+        assert!(msg.contains("session.jsonl.zstd"), "{msg}");
+        // A gap is not explained by another writer; a repeated seq may be.
+        assert!(
+            msg.contains("gap") && !msg.contains("another writer"),
+            "{msg}"
+        );
+        let repeated = LineError {
+            line: 1,
+            problem: LineProblem::Seq {
+                expected: 7,
+                found: 6,
+            },
+        }
+        .into_store(Path::new("/r/p/s/session.jsonl.zstd"))
+        .to_string();
+        assert!(
+            repeated.contains("expected seq 7") && repeated.contains("another writer"),
+            "{repeated}"
+        );
     }
 }
