@@ -50,14 +50,20 @@ pub struct JsonError {
 
 impl std::fmt::Display for JsonError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "not one JSON object ({} at byte {} of the line)",
-            self.reason,
-            self.offset + 1
-        )
+        match self.reason {
+            NOT_OBJECT => write!(f, "not a JSON object"),
+            NOT_UTF8 => write!(f, "not valid UTF-8 (byte {} of the line)", self.offset + 1),
+            why => write!(
+                f,
+                "not valid JSON ({why} at byte {} of the line)",
+                self.offset + 1
+            ),
+        }
     }
 }
+
+const NOT_OBJECT: &str = "a JSON value that is not an object";
+const NOT_UTF8: &str = "not valid UTF-8";
 
 impl std::error::Error for JsonError {}
 
@@ -73,7 +79,7 @@ pub fn parse_object(line: &[u8], utf8: Utf8) -> Result<Map<String, Value>, JsonE
         (Err(e), Utf8::Require) => {
             return Err(JsonError {
                 offset: e.valid_up_to(),
-                reason: "not valid UTF-8",
+                reason: NOT_UTF8,
             })
         }
         (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
@@ -82,7 +88,7 @@ pub fn parse_object(line: &[u8], utf8: Utf8) -> Result<Map<String, Value>, JsonE
         Value::Object(map) => Ok(map),
         _ => Err(JsonError {
             offset: 0,
-            reason: "a JSON value that is not an object",
+            reason: NOT_OBJECT,
         }),
     }
 }
