@@ -4,13 +4,16 @@
 //! non-BMP characters, lone surrogate escapes, big, negative and
 //! fractional numbers in every spelling, duplicate keys, nesting up to
 //! 100,000 deep; near-JSON that is not JSON; JSON values that are not
-//! objects): all lines go into one transcript of a raw store, the
+//! objects; now and then a byte sequence that is not UTF-8): all lines go
+//! into one transcript of a raw store, the
 //! reference reads it once (`readRaw` through the oracle, then
 //! `JSON.parse` of each line, as its scanner does), and for every line
 //! sessionfs must accept it as an object exactly when the reference does,
 //! and read the same `type` and `seq`. Event-line validation
 //! (`parse_record`) must then accept exactly the objects whose `type` is a
-//! string and whose `seq` is a non-negative safe integer, with that `seq`.
+//! string and whose `seq` is a non-negative safe integer, with that `seq`;
+//! a line that is not UTF-8 is read with replacement, as the reference
+//! reads a file, and always refused for writing.
 //!
 //! The oracle is the one `.ci/run` installs (`SESSIONFS_ORACLE_DIR`, default
 //! `/tmp/sessionfs-oracle`); the test fails, never skips, without it.
@@ -25,7 +28,7 @@ use proptest::test_runner::TestRunner;
 use serde_json::Value;
 
 use sessionfs::store::json::{parse_object, Utf8};
-use sessionfs::store::lines::{parse_record, Record, MAX_SAFE_INTEGER};
+use sessionfs::store::lines::{parse_record, read_record, Record, MAX_SAFE_INTEGER};
 use sessionfs::store::naming::{encode_id, project_dir_name};
 
 #[path = "oracle/helper.rs"]
@@ -277,6 +280,28 @@ fn line() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A line as bytes: mostly a generated line, sometimes with a byte
+/// sequence that is not UTF-8 put somewhere in it (read as the reference
+/// reads a file: with U+FFFD replacement; refused for writing).
+fn line_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        12 => line().prop_map(String::into_bytes),
+        1 => (
+            line(),
+            any::<u64>(),
+            prop::sample::select(vec![
+                &b"\xff"[..], b"\xc0\xaf", b"\x80", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xfe",
+            ]),
+        )
+            .prop_map(|(line, at, bad)| {
+                let mut bytes = line.into_bytes();
+                let at = (at as usize) % (bytes.len() + 1);
+                bytes.splice(at..at, bad.iter().copied());
+                bytes
+            }),
+    ]
+}
+
 // ---------------------------------------------------------------------------
 // What each side reads
 // ---------------------------------------------------------------------------
@@ -291,8 +316,8 @@ struct Reading {
 }
 
 /// What sessionfs reads, in the oracle script's terms.
-fn sessionfs_reading(line: &str) -> Reading {
-    let Ok(map) = parse_object(line.as_bytes(), Utf8::Require) else {
+fn sessionfs_reading(line: &[u8]) -> Reading {
+    let Ok(map) = parse_object(line, Utf8::Replace) else {
         return Reading {
             object: false,
             r#type: None,
@@ -338,7 +363,8 @@ fn oracle_readings(root: &Path, id: &str) -> Vec<Reading> {
         .collect()
 }
 
-fn shown(line: &str) -> String {
+fn shown(line: &[u8]) -> String {
+    let line = String::from_utf8_lossy(line);
     if line.len() > 300 {
         let mut end = 300;
         while !line.is_char_boundary(end) {
@@ -353,12 +379,15 @@ fn shown(line: &str) -> String {
 #[test]
 fn sessionfs_reads_lines_as_the_reference_does() {
     let mut runner = TestRunner::default();
-    let strategy = line();
-    let lines: Vec<String> = (0..LINES)
+    let strategy = line_bytes();
+    let lines: Vec<Vec<u8>> = (0..LINES)
         .map(|_| strategy.new_tree(&mut runner).expect("a line").current())
         .collect();
-    assert!(lines.iter().all(|l| !l.contains('\n')));
-    let deepest = lines.iter().map(|l| l.matches(['[', '{']).count()).max();
+    assert!(lines.iter().all(|l| !l.contains(&b'\n')));
+    let deepest = lines
+        .iter()
+        .map(|l| l.iter().filter(|&&b| b == b'[' || b == b'{').count())
+        .max();
     assert!(deepest.unwrap_or(0) > 5_000, "the run holds deep lines");
 
     // One raw store, one transcript: the header, then every generated line.
@@ -371,10 +400,11 @@ fn sessionfs_reads_lines_as_the_reference_does() {
     fs::create_dir_all(&session).unwrap();
     let mut text = format!(
         "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1,\"cwd\":\"/p\",\"delegationDepth\":0}}\n"
-    );
+    )
+    .into_bytes();
     for l in &lines {
-        text.push_str(l);
-        text.push('\n');
+        text.extend_from_slice(l);
+        text.push(b'\n');
     }
     fs::write(session.join("session.jsonl"), &text).unwrap();
 
@@ -415,7 +445,22 @@ fn sessionfs_reads_lines_as_the_reference_does() {
                     .then_some(f as u64)
             });
         let want_seq = got.r#type.as_ref().and(safe);
-        let record = parse_record(line.as_bytes());
+        // Written lines must be UTF-8: a line that is not is refused for
+        // writing and read (committed by someone else) with replacement.
+        let utf8 = std::str::from_utf8(line).is_ok();
+        if !utf8 && parse_record(line).is_ok() {
+            writeln!(
+                failures,
+                "line {}: not UTF-8 but accepted for writing",
+                i + 1
+            )
+            .unwrap();
+        }
+        let record = if utf8 {
+            parse_record(line)
+        } else {
+            read_record(line)
+        };
         let got_seq = match &record {
             Ok(Record::Event(span)) if span.count == 1 => Some(span.first),
             _ => None,
@@ -441,4 +486,9 @@ fn sessionfs_reads_lines_as_the_reference_does() {
         "{objects} objects of {LINES}"
     );
     assert!(events > LINES / 20, "{events} event lines of {LINES}");
+    let not_utf8 = lines
+        .iter()
+        .filter(|l| std::str::from_utf8(l).is_err())
+        .count();
+    assert!(not_utf8 > LINES / 50, "{not_utf8} lines that are not UTF-8");
 }
