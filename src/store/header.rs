@@ -160,6 +160,34 @@ mod tests {
     }
 
     #[test]
+    fn headers_the_reference_reads() {
+        let base =
+            r#"{"type":"session","version":0,"id":"a","createdAt":1.0,"delegationDepth":0e3"#;
+        let deep_array = format!(
+            "{base},\"x\":{}{}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let deep_object = format!(
+            "{base},\"x\":{}1{}}}",
+            "{\"k\":".repeat(10_000),
+            "}".repeat(10_000)
+        );
+        for line in [deep_array.as_bytes(), deep_object.as_bytes()] {
+            let h = parse_header(line).unwrap();
+            assert_eq!((h.id.as_str(), h.created_at_ms), ("a", 1));
+        }
+        let ff =
+            parse_header(&[base.as_bytes(), b",\"agentPreset\":\"coder\xff\"}"].concat()).unwrap();
+        assert_eq!(ff.fields["agentPreset"], "coder\u{FFFD}");
+        let dup = parse_header(format!("{base},\"id\":\"b\",\"cwd\":\"/w\"}}").as_bytes()).unwrap();
+        assert_eq!(dup.id, "b", "the last of duplicate keys wins");
+        // createdAt -0 is refused by the reference (Object.is(-0)); version -0 is 0.
+        assert!(parse_header(format!("{base},\"createdAt\":-0}}").as_bytes()).is_err());
+        assert!(parse_header(format!("{base},\"version\":-0.0}}").as_bytes()).is_ok());
+    }
+
+    #[test]
     fn version_other_than_zero_is_unsupported_not_corrupt() {
         let r = parse_header(br#"{"type":"session","version":3,"id":"a"}"#);
         assert!(matches!(r, Err(HeaderError::UnsupportedVersion(_))));

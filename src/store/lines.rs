@@ -530,6 +530,27 @@ mod tests {
     }
 
     #[test]
+    fn deep_lines_and_committed_bytes_that_are_not_utf8() {
+        let deep = format!(
+            "{{\"type\":\"x\",\"seq\":0,\"data\":{{\"v\":{}\"x\"{}}}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let mut c = SeqCursor::after(0);
+        c.check_line(deep.as_bytes(), 1).unwrap();
+        assert_eq!(next_seq_after_line(deep.as_bytes()), Ok(1));
+        // Committed by someone else, a byte that is not UTF-8 is read as
+        // the reference reads it (U+FFFD); written, it is refused.
+        let ff = b"{\"type\":\"x\",\"seq\":4,\"t\":\"\xff\"}";
+        assert_eq!(next_seq_after_line(ff), Ok(5));
+        assert!(parse_record(ff).is_err());
+        assert_eq!(
+            next_seq_after_line(br#"{"type":"x","seq":4e0,"seq":6.0}"#),
+            Ok(7)
+        );
+    }
+
+    #[test]
     fn new_sessions_start_with_their_header() {
         let mut c = SeqCursor::new_session();
         assert!(c.expects_header());
