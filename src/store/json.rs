@@ -17,6 +17,13 @@
 //!   exponent past the `f64` range is ±Infinity);
 //! * the last of duplicate keys wins (at the first key's position).
 //!
+//! serde_json is not used for this: it refuses lone surrogate escapes and
+//! numbers past the `f64` range, and it recurses per nesting level (its
+//! `unbounded_depth` with serde_stacker moves that recursion to heap-grown
+//! stacks, and dropping a deep `Value` recurses again), so the depth a line
+//! reaches would choose the recursion depth. This scanner is the JSON
+//! grammar (ECMA-404) and nothing more.
+//!
 //! Bytes that are not valid UTF-8 are handled as the caller asks
 //! ([`Utf8::Replace`] when reading a committed file, as the reference's
 //! decoder does; [`Utf8::Require`] when checking a line to be written).
