@@ -11,7 +11,8 @@
 //! Each is first read by the reference (`readRaw` and `load` succeed), then
 //! mounted: the mount serves the stored bytes (equal to `readRaw`, which
 //! decodes 0xFF as U+FFFD), appends through the mount succeed, `sessionfs
-//! list` shows every session, and after unmounting the reference loads
+//! list` shows every session, `sessionfs check` passes them, and after
+//! unmounting the reference loads
 //! each session with the appended events.
 
 mod common;
@@ -250,6 +251,24 @@ fn sessions_the_reference_reads_are_read_continued_and_listed() {
             c.id
         );
     }
+
+    // `sessionfs check` finds nothing wrong with any of them.
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("check")
+        .arg(&root)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "check: {report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        report.lines().filter(|l| l.starts_with("ok\t")).count(),
+        cases.len(),
+        "{report}"
+    );
 
     // The reference reads and loads what was appended (`load.mjs`: the
     // oracle's report re-serializes events, which stops near 4,400 levels).
