@@ -12,8 +12,7 @@
 //! mounted: the mount serves the stored bytes (equal to `readRaw`, which
 //! decodes 0xFF as U+FFFD), appends through the mount succeed, `sessionfs
 //! list` shows every session, `sessionfs check` passes them, and after
-//! unmounting the reference loads
-//! each session with the appended events.
+//! unmounting the reference loads each session with the appended events.
 
 mod common;
 
