@@ -34,8 +34,9 @@ pub struct Header {
     /// Creation time, milliseconds since the Unix epoch (`createdAt`).
     pub created_at_ms: u64,
     /// The header object's members in their stored key order, as
-    /// [`super::json::parse_object`] returns them (values nested deeper
-    /// than [`super::json::KEPT_DEPTH`] kept as empty containers).
+    /// [`super::json::parse_object`] returns them: scalars as read, arrays
+    /// and objects (only ever in keys the format does not define) as empty
+    /// placeholders of their kind.
     pub fields: Map<String, Value>,
 }
 

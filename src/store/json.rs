@@ -7,8 +7,9 @@
 //!
 //! * any nesting depth (V8's `JSON.parse` has no depth limit; measured with
 //!   the oracle at 10,000,000 levels). The scanner is iterative: it keeps
-//!   one byte per open container beyond [`KEPT_DEPTH`], so memory is bounded
-//!   by the line's length, and no recursion depth is chosen by the input;
+//!   one byte per open container it does not return (see [`KEPT_DEPTH`]),
+//!   so memory is bounded by the line's length, and no recursion depth is
+//!   chosen by the input;
 //! * every escape `JSON.parse` accepts, lone surrogate escapes included
 //!   (kept as U+FFFD in the returned strings, as `String.toWellFormed`
 //!   would show them);
@@ -30,10 +31,12 @@
 
 use serde_json::{Map, Number, Value};
 
-/// Containers nested deeper than this (the line's object is level 1) are
-/// checked but not kept: they appear in the returned map as an empty array
-/// or an empty object of the same kind. Level 3 holds everything sessionfs
-/// reads (a packed row's `data.texts` array).
+/// The deepest level whose containers' contents are returned (the line's
+/// object is level 1), under the top-level keys a caller asks for (see
+/// [`parse_object_keeping`]). Other containers are checked but not kept:
+/// they appear in the returned map as an empty array or an empty object of
+/// the same kind, and cost no memory beyond one byte per open level. Level
+/// 3 holds everything sessionfs reads (a packed row's `data.texts` array).
 pub const KEPT_DEPTH: usize = 3;
 
 /// What to do with bytes that are not valid UTF-8.
@@ -75,12 +78,25 @@ const NOT_UTF8: &str = "not valid UTF-8";
 impl std::error::Error for JsonError {}
 
 /// Parses one line (without its `\n`) as exactly one JSON object, the way
-/// `JSON.parse` does, and returns its top-level members (see
-/// [`KEPT_DEPTH`] for what is kept of deep values).
+/// `JSON.parse` does, and returns its top-level members: scalars as read,
+/// arrays and objects as empty placeholders of their kind.
 ///
 /// Errors: [`JsonError`] when the line is not valid UTF-8 (with
 /// [`Utf8::Require`]), not JSON, or JSON but not an object.
 pub fn parse_object(line: &[u8], utf8: Utf8) -> Result<Map<String, Value>, JsonError> {
+    parse_object_keeping(line, utf8, &[])
+}
+
+/// As [`parse_object`], but the arrays and objects under the top-level
+/// keys in `nested` are returned with their contents, down to
+/// [`KEPT_DEPTH`] (a packed row's `data`).
+///
+/// Errors: as [`parse_object`].
+pub fn parse_object_keeping(
+    line: &[u8],
+    utf8: Utf8,
+    nested: &[&str],
+) -> Result<Map<String, Value>, JsonError> {
     let text = match (std::str::from_utf8(line), utf8) {
         (Ok(s), _) => std::borrow::Cow::Borrowed(s),
         (Err(e), Utf8::Require) => {
@@ -91,7 +107,7 @@ pub fn parse_object(line: &[u8], utf8: Utf8) -> Result<Map<String, Value>, JsonE
         }
         (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
     };
-    match Parser::new(text.as_bytes()).parse()? {
+    match Parser::new(text.as_bytes(), nested).parse()? {
         Value::Object(map) => Ok(map),
         _ => Err(JsonError {
             offset: 0,
@@ -110,6 +126,8 @@ enum Open {
 struct Parser<'a> {
     b: &'a [u8],
     i: usize,
+    /// Top-level keys whose containers' contents are kept.
+    nested: &'a [&'a str],
     /// Containers at levels 1..=KEPT_DEPTH.
     kept: Vec<Open>,
     /// Containers below the kept levels: `true` for an object.
@@ -121,10 +139,11 @@ fn err<T>(offset: usize, reason: &'static str) -> Result<T, JsonError> {
 }
 
 impl<'a> Parser<'a> {
-    fn new(b: &'a [u8]) -> Self {
+    fn new(b: &'a [u8], nested: &'a [&'a str]) -> Self {
         Parser {
             b,
             i: 0,
+            nested,
             kept: Vec::new(),
             deep: Vec::new(),
         }
@@ -140,8 +159,18 @@ impl<'a> Parser<'a> {
         self.kept.len() + self.deep.len()
     }
 
+    /// Whether a container opening here is kept: within [`KEPT_DEPTH`],
+    /// inside kept containers, and (as a member of the line's object)
+    /// under a key in `nested`.
     fn keep_next(&self) -> bool {
-        self.deep.is_empty() && self.kept.len() < KEPT_DEPTH
+        if !self.deep.is_empty() || self.kept.len() >= KEPT_DEPTH {
+            return false;
+        }
+        match (self.kept.len(), self.kept.last()) {
+            (1, Some(Open::Object(_, Some(key)))) => self.nested.contains(&key.as_str()),
+            (1, _) => false,
+            _ => true,
+        }
     }
 
     /// The whole text: one value, then only whitespace.
@@ -479,8 +508,12 @@ mod tests {
 
     #[test]
     fn accepts_what_json_parse_accepts() {
-        let m = ok(r#" {"a":1,"b":[1,{"c":[true,false,null]}],"a":"x"} "#);
+        let line = r#" {"a":1,"b":[1,{"c":[true,false,null]}],"a":"x"} "#;
+        let m = ok(line);
         assert_eq!(m["a"], "x");
+        assert_eq!(m["b"], Value::Array(vec![]));
+        let m = parse_object_keeping(line.as_bytes(), Utf8::Require, &["b"]).unwrap();
+        assert_eq!(m["b"], serde_json::json!([1, {"c": []}]));
         assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(ok(r#"{"s":1.0}"#)["s"].as_u64(), Some(1));
         assert_eq!(ok(r#"{"s":1e0}"#)["s"].as_u64(), Some(1));
@@ -503,7 +536,8 @@ mod tests {
     fn deep_nesting_without_recursion() {
         let depth = 1_000_000;
         let line = format!("{{\"v\":{}\"x\"{}}}", "[".repeat(depth), "]".repeat(depth));
-        let m = ok(&line);
+        assert_eq!(ok(&line)["v"], Value::Array(vec![]));
+        let m = parse_object_keeping(line.as_bytes(), Utf8::Require, &["v"]).unwrap();
         assert_eq!(
             m["v"],
             Value::Array(vec![Value::Array(vec![Value::Array(vec![])])])

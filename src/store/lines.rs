@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::error::StoreError;
 use super::header::{header_from_fields, Header, HeaderError};
-use super::json::{parse_object, Utf8};
+use super::json::{parse_object, parse_object_keeping, Utf8};
 
 /// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -269,6 +269,9 @@ fn record_of(line: &[u8], utf8: Utf8) -> Result<Record, String> {
         };
     }
     if let Some((tag, key)) = ROW_TYPES.iter().find(|(t, _)| *t == tag) {
+        // A packed row is checked down to its members: read again, with
+        // the contents of `data` (other lines keep no nested values).
+        let map = parse_object_keeping(line, utf8, &["data"]).map_err(|e| e.to_string())?;
         return check_row(tag, key, &map).map(Record::Event);
     }
     match map.get("seq") {
