@@ -340,8 +340,11 @@ impl SessionFs {
             && std::fs::symlink_metadata(self.store.backing_path(path)).is_err()
     }
 
-    /// Attributes of an inode. A transcript's size is re-read from its
-    /// backing file, so growth shows within the attribute timeout.
+    /// Attributes of an inode. A transcript's size (bytes) is its committed
+    /// length, re-read from its backing file so that growth shows within
+    /// the attribute timeout, plus the complete lines pending in this
+    /// mount's handles on it (MOUNT.md, Attributes); getattr by path and
+    /// fstat both come here.
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         let (_, node) = self.node(ino)?;
         self.attr(ino, &node)
