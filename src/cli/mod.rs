@@ -12,14 +12,18 @@ mod helper;
 mod key;
 mod list;
 mod mount;
+mod options;
+mod remount;
 mod units;
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::identity::IdentityRoot;
 use crate::store::{Store, StoreOptions};
@@ -156,6 +160,11 @@ Exit codes: 0 every transcript is clean (or was repaired), 1 a problem remains,
 /// Entry point of the `sessionfs` binary: sets up logging (RUST_LOG,
 /// default info), parses the process's arguments and runs the command.
 pub fn main() -> ExitCode {
+    // The mount daemon takes SIGINT and SIGTERM from its very start, so
+    // that a signal at any moment of start-up ends it cleanly.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "mount") {
+        let _ = stop_flag();
+    }
     let _ = env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or("info,fuser=error"),
     )
@@ -203,8 +212,15 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Mount(mount) if helper_form => helper::run_detached(args, &mount.mountpoint),
-        Command::Mount(args) => mount::run(args),
+        Command::Mount(first) => {
+            helper::take_ready_pipe();
+            let mount_command = Cli::command()
+                .find_subcommand("mount")
+                .cloned()
+                .expect("the mount subcommand is defined")
+                .args_override_self(true);
+            mount::dispatch(first, &args, helper_form, mount_command)
+        }
         Command::List(args) => list::run(args),
         Command::Locate(args) => find::locate(args),
         Command::Cat(args) => find::cat(args),
@@ -214,9 +230,28 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Prints `sessionfs: MESSAGE` on stderr (and, in a daemon started by the
+/// mount(8) helper form, to the waiting parent); returns exit status 1.
 pub(super) fn fail(message: impl std::fmt::Display) -> u8 {
-    eprintln!("sessionfs: {message}");
+    let text = format!("sessionfs: {message}");
+    eprintln!("{text}");
+    helper::report_failure(&text);
     EXIT_ERROR
+}
+
+/// The flag SIGINT and SIGTERM set, installed on first use (for the mount
+/// daemon: first thing in [`main`]).
+pub(super) fn stop_flag() -> Arc<AtomicBool> {
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    Arc::clone(STOP.get_or_init(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
+                eprintln!("sessionfs: cannot install the handler of signal {signal}: {e}");
+            }
+        }
+        stop
+    }))
 }
 
 /// Outcome of writing to stdout: a closed pipe ends the command quietly.
@@ -247,7 +282,6 @@ pub(super) fn emit(text: &str) -> Result<(), u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
     use std::time::Duration;
 
     #[test]

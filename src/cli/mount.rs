@@ -1,13 +1,17 @@
-//! `sessionfs mount`: its flags and the mount configuration built from
-//! them.
+//! `sessionfs mount`: its flags (each also an `-o` option, see
+//! [`super::options`]), the mount configuration built from them, and the
+//! daemon's readiness report (mount(8)'s helper pipe, systemd's
+//! `NOTIFY_SOCKET`).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, FromArgMatches, ValueEnum};
 
+use super::options::{self, MountOptions};
 use super::units::{parse_bytes, parse_seconds};
-use super::{fail, EXIT_OK};
+use super::{fail, helper, remount, EXIT_OK, EXIT_USAGE};
 use crate::identity::IdentityRoot;
 use crate::store::{Encoding, DEFAULT_CACHE_BYTES};
 
@@ -47,7 +51,18 @@ pub(super) struct MountArgs {
     /// /etc/fuse.conf unless run as root).
     #[arg(long)]
     pub(super) allow_other: bool,
-    /// Mount options, comma-separated, as mount(8) passes them (repeatable).
+    /// Let root reach the mount besides the user who mounted it.
+    #[arg(long)]
+    pub(super) allow_root: bool,
+    /// Have fusermount3 remove the mount if the daemon dies (needs
+    /// --allow-root or --allow-other, and fusermount3).
+    #[arg(long)]
+    pub(super) auto_unmount: bool,
+    /// Mount options, comma-separated, as mount(8) passes them
+    /// (repeatable): every flag above by its name with `_` for `-`
+    /// (attr_timeout=0.5, batch_ms=0, cache_size=64M, index_cache=none,
+    /// compression=zstd, allow_other, ...), `ro`, kernel options (noexec,
+    /// noatime, sync, max_read=N), and mount(8)'s generic options.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub(super) options: Vec<String>,
     /// Where frame indexes of large transcripts are kept between mounts
@@ -57,28 +72,61 @@ pub(super) struct MountArgs {
     pub(super) index_cache: Option<PathBuf>,
 }
 
-pub(super) fn run(args: MountArgs) -> u8 {
+/// `sessionfs mount …` as parsed first (`args` is the whole command line,
+/// `helper_form` when mount(8) ran `sessionfs ROOT MOUNTPOINT -o …`):
+/// expands `-o` into flags, then remounts, detaches (helper form) or
+/// mounts in the foreground.
+pub(super) fn dispatch(
+    first: MountArgs,
+    args: &[OsString],
+    helper_form: bool,
+    mount_command: clap::Command,
+) -> u8 {
+    let options = match options::parse(&mount_command, &first.options) {
+        Ok(o) => o,
+        Err(e) => {
+            fail(e);
+            return EXIT_USAGE;
+        }
+    };
+    if options.remount {
+        return remount::run(&first.mountpoint, &options);
+    }
+    if helper_form {
+        return helper::run_detached(args, &first.mountpoint);
+    }
+    // The flags from -o come first, so that a flag on the command line
+    // wins over the same option in -o.
+    let mut argv: Vec<OsString> = vec![args[0].clone()];
+    argv.extend(options.flags.iter().cloned());
+    argv.extend(args.iter().skip(2).cloned());
+    let matches = match mount_command.clone().try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return EXIT_USAGE;
+        }
+    };
+    let settings = options::settings(&mount_command, &matches);
+    match MountArgs::from_arg_matches(&matches) {
+        Ok(args) => run(args, &options, settings),
+        Err(e) => {
+            let _ = e.print();
+            EXIT_USAGE
+        }
+    }
+}
+
+fn run(
+    args: MountArgs,
+    options: &MountOptions,
+    settings: serde_json::Map<String, serde_json::Value>,
+) -> u8 {
     let identity = match IdentityRoot::resolve(&args.root) {
         Ok(identity) => identity,
         Err(e) => return fail(e),
     };
-    let mountpoint = match std::path::absolute(&args.mountpoint) {
-        Ok(p) => p,
-        Err(e) => {
-            return fail(format_args!(
-                "mount point {}: cannot make it absolute ({e}); give an absolute path",
-                args.mountpoint.display()
-            ))
-        }
-    };
-    let options = args
-        .options
-        .iter()
-        .flat_map(|o| o.split(','))
-        .map(str::trim)
-        .filter(|o| !o.is_empty())
-        .map(str::to_string)
-        .collect();
+    let mountpoint = crate::fuse::resolved(&args.mountpoint);
     let config = crate::fuse::MountConfig {
         root: identity.io_path().to_path_buf(),
         mountpoint,
@@ -96,9 +144,19 @@ pub(super) fn run(args: MountArgs) -> u8 {
             None => crate::store::index_store::default_index_dir(),
         },
         allow_other: args.allow_other,
-        options,
+        allow_root: args.allow_root,
+        auto_unmount: args.auto_unmount,
+        kernel_options: options.kernel.clone(),
+        settings,
     };
-    match crate::fuse::run_mount(config) {
+    let on_ready = || {
+        helper::report_ready();
+        // systemd's Type=notify: READY=1 once the mount answers requests.
+        if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+            log::warn!("cannot notify the service manager (NOTIFY_SOCKET): {e}");
+        }
+    };
+    match crate::fuse::run_mount(config, super::stop_flag(), on_ready) {
         Ok(()) => EXIT_OK,
         Err(e) => fail(e),
     }
