@@ -15,6 +15,7 @@ use fuser::{
 
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
 use super::fs_write::Owner;
+use super::status::{count_request, StatusFile};
 
 /// The adapter handed to fuser.
 pub struct Adapter {
@@ -23,6 +24,8 @@ pub struct Adapter {
     no_opendir: bool,
     /// Attribute and entry timeout (MOUNT.md: default 1 s).
     ttl: Duration,
+    /// `.sessionfs-status`, when the mount shows one.
+    status: Option<Arc<StatusFile>>,
 }
 
 impl Adapter {
@@ -32,7 +35,14 @@ impl Adapter {
             core,
             no_opendir: false,
             ttl,
+            status: None,
         }
+    }
+
+    /// The adapter, also serving `.sessionfs-status` at the mount root.
+    pub fn with_status(mut self, status: Arc<StatusFile>) -> Self {
+        self.status = Some(status);
+        self
     }
 }
 
@@ -106,11 +116,13 @@ fn errno_of(op: &str, what: &dyn std::fmt::Display, e: FsError) -> Errno {
 /// into a logged errno, and a panic into EIO instead of a dead event loop
 /// (a panicking handler would otherwise wedge the mount: FUSE-NOTES §3).
 fn call<T>(
-    op: &str,
+    op: &'static str,
     what: &dyn std::fmt::Display,
     body: impl FnOnce() -> FsResult<T>,
 ) -> Result<T, Errno> {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let r = catch_unwind(AssertUnwindSafe(body));
+    count_request(op, !matches!(r, Ok(Ok(_))));
+    match r {
         Ok(r) => r.map_err(|e| errno_of(op, what, e)),
         Err(_) => {
             log::error!("{op} {what}: internal error (panic); replied EIO");
@@ -135,7 +147,8 @@ impl Filesystem for Adapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let r = call("lookup", &format!("{name:?}"), || {
-            self.core.lookup(parent.0, name)
+            let status = self.status.as_ref().and_then(|s| s.lookup(parent.0, name));
+            status.unwrap_or_else(|| self.core.lookup(parent.0, name))
         });
         match r {
             Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
@@ -145,7 +158,8 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let r = call("getattr", &format!("inode {}", ino.0), || {
-            self.core.getattr(ino.0)
+            let status = self.status.as_ref().and_then(|s| s.getattr(ino.0));
+            status.unwrap_or_else(|| self.core.getattr(ino.0))
         });
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
@@ -164,8 +178,13 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let status = self.status.as_ref();
         let r = call("open", &format!("inode {}", ino.0), || {
-            self.core.open(ino.0, flags.0)
+            match status.and_then(|s| s.open(ino.0, flags.0)) {
+                // The status file is rendered at open: no page cache.
+                Some(r) => r.map(|fh| (fh, true)),
+                None => self.core.open(ino.0, flags.0),
+            }
         });
         match r {
             Ok((fh, writer)) => reply.opened(FileHandle(fh), open_flags(writer)),
@@ -185,7 +204,11 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let r = call("read", &format!("inode {} at {offset}", ino.0), || {
-            self.core.read(ino.0, fh.0, offset, size)
+            let status = self
+                .status
+                .as_ref()
+                .and_then(|s| s.read(fh.0, offset, size));
+            status.unwrap_or_else(|| self.core.read(ino.0, fh.0, offset, size))
         });
         match r {
             Ok(data) => reply.data(&data),
@@ -203,7 +226,9 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.core.release(fh.0);
+        if !self.status.as_ref().is_some_and(|s| s.release(fh.0)) {
+            self.core.release(fh.0);
+        }
         reply.ok();
     }
 

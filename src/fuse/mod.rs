@@ -5,7 +5,11 @@ mod adapter;
 pub mod fs;
 mod fs_write;
 mod inode;
+pub mod mount_table;
+mod preflight;
 mod run;
+pub mod status;
 mod writer;
 
+pub use preflight::resolved;
 pub use run::{run_mount, MountConfig};

@@ -1,16 +1,25 @@
-//! Mounting: options, signals, clean unmount (MOUNT.md, Mount options).
+//! Mounting and serving: the mount call, readiness, the serving loop and
+//! the daemon's own unmount (MOUNT.md, Mount options).
+//!
+//! Life of a mount: the caller installs the SIGINT/SIGTERM flag before
+//! anything else; [`preflight`] checks everything that can be checked
+//! before mounting; the mount is made and its mount id noted; the daemon
+//! reports readiness once the mount answers a request; on a signal it
+//! commits pending lines and unmounts its own mount (found by mount id,
+//! never by path alone); on an external unmount it only exits.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 
 use super::adapter::Adapter;
 use super::fs::SessionFs;
+use super::mount_table::{self, MountEntry};
+use super::preflight;
+use super::status::{StatusFile, StatusInfo};
 use crate::store::{Encoding, Store, StoreOptions};
 
 /// Everything `sessionfs mount` needs (MOUNT.md, Mount options).
@@ -18,7 +27,7 @@ use crate::store::{Encoding, Store, StoreOptions};
 pub struct MountConfig {
     /// The store root: the identity root's real path, resolved once.
     pub root: PathBuf,
-    /// Where to mount.
+    /// Where to mount (absolute).
     pub mountpoint: PathBuf,
     /// Refuse every write with EROFS.
     pub read_only: bool,
@@ -32,157 +41,71 @@ pub struct MountConfig {
     pub cache_bytes: u64,
     /// Let other users reach the mount (`allow_other`).
     pub allow_other: bool,
-    /// Raw `-o` options as mount(8) passes them, comma-separated items.
-    pub options: Vec<String>,
+    /// Let root reach the mount besides its owner (`allow_root`).
+    pub allow_root: bool,
+    /// Have `fusermount3` remove the mount if the daemon dies
+    /// (`auto_unmount`; needs `allow_root` or `allow_other`).
+    pub auto_unmount: bool,
+    /// Options for the kernel as mount(8) passes them (`noexec`,
+    /// `noatime`, `sync`, `max_read=N`, …), one item each.
+    pub kernel_options: Vec<String>,
     /// Where frame indexes of large transcripts are persisted (outside the
     /// store), `None` for nowhere.
     pub index_dir: Option<PathBuf>,
+    /// Every sessionfs option by its `-o` name with the value in effect,
+    /// for `.sessionfs-status`.
+    pub settings: serde_json::Map<String, serde_json::Value>,
 }
 
 /// How often the serving loop checks for a signal or an external unmount.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Mount options from `-o` items, as mount(8) and fstab pass them.
-/// `allow_other`/`allow_root` select who may use the mount; `ro` makes it
-/// read-only; fsname/subtype are ours; the rest goes to the kernel.
-fn mount_options(config: &MountConfig) -> (Vec<MountOption>, SessionACL, bool) {
-    let mut read_only = config.read_only;
-    let mut acl = if config.allow_other {
+/// How long the daemon waits for its new mount to answer a first request.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the daemon waits for the session to end after unmounting.
+const END_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// fuser mount options and access control for `config`: fsname and subtype
+/// are ours; `kernel_options` go to the kernel as given.
+fn mount_options(config: &MountConfig, read_only: bool) -> (Vec<MountOption>, SessionACL) {
+    let acl = if config.allow_other {
         SessionACL::All
+    } else if config.allow_root {
+        SessionACL::RootAndOwner
     } else {
         SessionACL::Owner
     };
     let mut out = vec![
-        MountOption::FSName(format!("sessionfs:{}", config.root.display())),
+        MountOption::FSName(fs_name(config)),
         // The direct mount(2) path ignores Subtype; pass it raw.
         MountOption::CUSTOM("subtype=sessionfs".into()),
         MountOption::DefaultPermissions,
         MountOption::NoDev,
         MountOption::NoSuid,
     ];
-    for item in config.options.iter().flat_map(|o| o.split(',')) {
-        match item.trim() {
-            "" | "rw" | "defaults" | "nodev" | "nosuid" | "default_permissions" => {}
-            "ro" => read_only = true,
-            "allow_other" => acl = SessionACL::All,
-            "allow_root" => acl = SessionACL::RootAndOwner,
-            "auto_unmount" => out.push(MountOption::AutoUnmount),
-            "noatime" => out.push(MountOption::NoAtime),
-            "noexec" => out.push(MountOption::NoExec),
-            "exec" => out.push(MountOption::Exec),
-            "sync" => out.push(MountOption::Sync),
-            "async" => out.push(MountOption::Async),
-            "dirsync" => out.push(MountOption::DirSync),
-            // Options for mount(8) itself or for the helper, not the kernel.
-            "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" => {}
-            other if other.starts_with("x-") || other.starts_with("user=") => {}
-            other if other.starts_with("max_read=") || other.starts_with("blksize=") => {
-                out.push(MountOption::CUSTOM(other.to_string()))
-            }
-            // Access-time and device flags have no meaning for this file
-            // system, and the FUSE kernel module refuses unknown options
-            // (EINVAL): say so instead of failing the mount.
-            other => log::warn!("mount option {other:?} is not used by sessionfs; ignoring it"),
-        }
+    for item in &config.kernel_options {
+        out.push(match item.as_str() {
+            "noatime" => MountOption::NoAtime,
+            "noexec" => MountOption::NoExec,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            "dirsync" => MountOption::DirSync,
+            other => MountOption::CUSTOM(other.to_string()),
+        });
+    }
+    if config.auto_unmount {
+        out.push(MountOption::AutoUnmount);
     }
     if read_only {
         out.push(MountOption::RO);
     }
-    (out, acl, read_only)
+    (out, acl)
 }
 
-/// A mount point left behind by a killed daemon answers ENOTCONN; it is
-/// detached so that the new mount can take its place.
-fn recover_stale_mountpoint(mountpoint: &Path) -> Result<(), String> {
-    // Listing needs a live daemon; a stat may come from the kernel's
-    // attribute cache of a dead mount.
-    let probe = std::fs::read_dir(mountpoint).and_then(|_| std::fs::metadata(mountpoint));
-    match probe {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!(
-            "mount point {} is not a directory",
-            mountpoint.display()
-        )),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            log::warn!(
-                "mount point {} was left behind by a dead daemon (ENOTCONN); detaching it",
-                mountpoint.display()
-            );
-            if unmount(mountpoint, libc::MNT_DETACH) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "mount point {} is stale and could not be detached; run `umount -l {}` and retry",
-                    mountpoint.display(),
-                    mountpoint.display()
-                ))
-            }
-        }
-        Err(e) => Err(format!(
-            "mount point {}: {e}; create the directory (mkdir -p) or pick another",
-            mountpoint.display()
-        )),
-    }
-}
-
-/// The mount point and the index cache must lie outside the store: inside,
-/// the mount would show itself (an endless tree), and the cache would
-/// write into the store, which reads never do.
-fn refuse_inside_root(config: &MountConfig) -> Result<(), String> {
-    let root = &config.root;
-    let inside = |p: &Path| resolved(p).starts_with(root);
-    if inside(&config.mountpoint) {
-        return Err(format!(
-            "mount point {} is inside the session root {}; mount it elsewhere",
-            config.mountpoint.display(),
-            root.display()
-        ));
-    }
-    if let Some(dir) = &config.index_dir {
-        if inside(dir) {
-            return Err(format!(
-                "--index-cache {} is inside the session root {}; sessionfs never writes \
-                 caches into the store: pick a directory outside it",
-                dir.display(),
-                root.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `path` with symbolic links and `..` resolved, also when its last
-/// components do not exist yet: the deepest existing ancestor is resolved
-/// and the rest applied to it.
-fn resolved(path: &Path) -> PathBuf {
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let parts: Vec<std::path::Component> = abs.components().collect();
-    for keep in (1..=parts.len()).rev() {
-        let prefix: PathBuf = parts[..keep].iter().collect();
-        let Ok(mut out) = prefix.canonicalize() else {
-            continue;
-        };
-        for part in &parts[keep..] {
-            match part {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::Normal(name) => out.push(name),
-                _ => {}
-            }
-        }
-        return out;
-    }
-    abs
-}
-
-/// `umount2(path, flags)`; true on success.
-fn unmount(path: &Path, flags: i32) -> bool {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated path.
-    unsafe { libc::umount2(c.as_ptr(), flags) == 0 }
+/// The mount's source as mountinfo shows it: `sessionfs:<ROOT>`.
+fn fs_name(config: &MountConfig) -> String {
+    format!("{}{}", mount_table::SOURCE_PREFIX, config.root.display())
 }
 
 /// Raises the soft limit of open files to the hard limit: every open
@@ -215,16 +138,11 @@ fn keep_freed_memory() {
 /// with 1 MiB requests (fewer round trips, more frames decoded ahead).
 const READ_AHEAD_KB: u32 = 1024;
 
-/// Raises the mount's read-ahead through its backing device info in sysfs
-/// (root only; best effort: a failure only costs speed).
-fn raise_read_ahead(mountpoint: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(mountpoint) else {
-        return;
-    };
-    let dev = meta.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+/// Raises the read-ahead of the mount's device `dev` (`major:minor`)
+/// through its backing device info in sysfs (root only; best effort: a
+/// failure only costs speed).
+fn raise_read_ahead(dev: &str) {
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
     if let Err(e) = std::fs::write(&knob, READ_AHEAD_KB.to_string()) {
         log::debug!("could not raise read-ahead ({knob}): {e}");
     }
@@ -238,13 +156,30 @@ fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), S
         .map_err(|e| format!("cannot start thread {name}: {e}"))
 }
 
-/// Mounts and serves until SIGINT, SIGTERM or an external unmount.
+/// Why the serving loop ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// The mount was removed from outside (`umount`, `fusermount3 -u`).
+    Unmounted,
+}
+
+/// Mounts and serves until SIGINT, SIGTERM (`stop` set) or an external
+/// unmount. `on_ready` runs once the mount answers requests (readiness
+/// for mount(8)'s helper and systemd). A signal before the mount is made
+/// ends start-up with `Ok` and nothing mounted.
 ///
-/// Errors: a message naming what failed (root, mount point, mount call)
-/// and what to do.
-pub fn run_mount(config: MountConfig) -> Result<(), String> {
+/// Errors: a message naming what failed (root, mount point, options,
+/// mount call) and what to do; nothing is mounted then.
+pub fn run_mount(
+    config: MountConfig,
+    stop: Arc<AtomicBool>,
+    on_ready: impl FnOnce(),
+) -> Result<(), String> {
     raise_fd_limit();
     keep_freed_memory();
+    let read_only = preflight::check(&config)?;
     let store = Store::open(
         &config.root,
         StoreOptions {
@@ -254,38 +189,11 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
         },
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;
-    recover_stale_mountpoint(&config.mountpoint)?;
-    refuse_inside_root(&config)?;
-    let (mut options, acl, mut read_only) = mount_options(&config);
-    if options.contains(&MountOption::AutoUnmount) {
-        if acl == SessionACL::Owner {
-            return Err(
-                "-o auto_unmount needs allow_root or allow_other as well (fusermount3 \
-                        requires it); add -o allow_root"
-                    .into(),
-            );
-        }
-        let found = std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()));
-        if !found {
-            return Err(
-                "-o auto_unmount needs the fusermount3 helper, which is not on PATH; \
-                        install it (apt-get install fuse3) or drop auto_unmount"
-                    .into(),
-            );
-        }
+    if stop.load(Ordering::SeqCst) {
+        log::info!("signal received before mounting; exiting");
+        return Ok(());
     }
-    if !read_only {
-        if let Err(e) = crate::store::publish::probe_publication_support(&config.root) {
-            log::warn!(
-                "new sessions cannot be published in {} ({e}); mounting read-only \
-                 (pass --read-only to silence this)",
-                config.root.display()
-            );
-            options.push(MountOption::RO);
-            read_only = true;
-        }
-    }
+    let (options, acl) = mount_options(&config, read_only);
     let mut fuse_config = Config::default();
     fuse_config.mount_options = options;
     fuse_config.acl = acl;
@@ -298,14 +206,39 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     let core = Arc::new(SessionFs::new(Arc::new(store), batch_window));
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
-    let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout);
-    let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config).map_err(|e| {
-        format!(
-            "cannot mount {} on {}: {e}; mounting needs root (or fusermount3 and /dev/fuse access)",
-            config.root.display(),
+    let mut settings = config.settings.clone();
+    settings.insert("ro".into(), read_only.into());
+    for item in &config.kernel_options {
+        let (k, v) = item.split_once('=').unwrap_or((item, ""));
+        let v = if v.is_empty() { true.into() } else { v.into() };
+        settings.insert(k.to_string(), v);
+    }
+    let status = Arc::new(StatusFile::new(
+        StatusInfo {
+            root: config.root.clone(),
+            mountpoint: config.mountpoint.clone(),
+            options: settings,
+            cache_cap_bytes: config.cache_bytes,
+        },
+        Arc::clone(&core),
+    ));
+    let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout).with_status(status);
+    let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config)
+        .map_err(|e| preflight::explain_mount_error(&config, &e))?;
+    // The mount exists from here on: find its identity before anything
+    // else can be mounted over it.
+    let own = mount_table::top_at(&config.mountpoint)
+        .filter(|m| m.source.as_deref() == Some(fs_name(&config).as_str()));
+    let Some(own) = own else {
+        // Dropping the session unmounts through fuser, which checks its
+        // own connection first.
+        drop(session);
+        return Err(format!(
+            "mounted {} but cannot find the mount in /proc/self/mountinfo; gave up",
             config.mountpoint.display()
-        )
-    })?;
+        ));
+    };
+    log::debug!("mount id {} (device {})", own.id, own.dev);
     // Kernel cache notifications are sent from this thread, never from a
     // request handler (MOUNT.md, Details; FUSE-NOTES §3).
     let notifier = session.notifier();
@@ -317,53 +250,206 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     let background = session
         .spawn()
         .map_err(|e| format!("cannot start the FUSE session: {e}"))?;
-    raise_read_ahead(&config.mountpoint);
-    if !read_only && !batch_window.is_zero() {
-        let core = Arc::clone(&core);
-        let tick = batch_window.min(POLL);
-        spawn_named("sessionfs-commit", move || loop {
-            std::thread::sleep(tick);
-            core.commit_due();
-        })?;
-    }
-    log::info!(
-        "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes)",
-        config.root.display(),
-        config.mountpoint.display(),
-        if read_only { "read-only" } else { "read-write" },
-        config.attr_timeout,
-        batch_window,
-        config.cache_bytes
-    );
+    // fuser would unmount by path when the session is dropped, which can
+    // hit a newer mount at the same path: the session is never dropped,
+    // and the daemon unmounts its own mount itself (by mount id).
+    let background: &'static fuser::BackgroundSession = Box::leak(Box::new(background));
+    let session_ended = || background.guard.is_finished();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .map_err(|e| format!("cannot install the signal handler: {e}"))?;
+    let ready = wait_until_serving(&config.mountpoint, &stop, &session_ended);
+    let end = match ready {
+        Serving::Yes => {
+            raise_read_ahead(&own.dev);
+            if !read_only && !batch_window.is_zero() {
+                let core = Arc::clone(&core);
+                let tick = batch_window.min(POLL);
+                spawn_named("sessionfs-commit", move || loop {
+                    std::thread::sleep(tick);
+                    core.commit_due();
+                })?;
+            }
+            log::info!(
+                "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes)",
+                config.root.display(),
+                config.mountpoint.display(),
+                if read_only { "read-only" } else { "read-write" },
+                config.attr_timeout,
+                batch_window,
+                config.cache_bytes
+            );
+            on_ready();
+            serve(&own, &stop, &session_ended)
+        }
+        Serving::Stopped => End::Signal,
+        Serving::Ended => End::Unmounted,
+        Serving::TimedOut => {
+            unmount_own(&own, &config.mountpoint);
+            return Err(format!(
+                "the mount at {} did not answer within {READY_TIMEOUT:?}; unmounted it",
+                config.mountpoint.display()
+            ));
+        }
+    };
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    match end {
+        End::Unmounted => log::info!("{} was unmounted; exiting", config.mountpoint.display()),
+        End::Signal => log::info!(
+            "signal received; unmounting {}",
+            config.mountpoint.display()
+        ),
     }
-    while !stop.load(Ordering::Relaxed) && !background.guard.is_finished() {
-        std::thread::sleep(POLL);
-    }
-    if background.guard.is_finished() {
-        log::info!("{} was unmounted; exiting", config.mountpoint.display());
-        return background
-            .join()
-            .map_err(|e| format!("the FUSE session ended with an error: {e}"));
-    }
-    log::info!(
-        "signal received; unmounting {}",
-        config.mountpoint.display()
-    );
     let committed = core.commit_all();
     if committed > 0 {
-        log::info!("committed the pending lines of {committed} writer(s) before unmounting");
+        log::info!("committed the pending lines of {committed} writer(s)");
     }
-    if let Err(e) = background.umount_and_join() {
+    if end == End::Signal {
+        unmount_own(&own, &config.mountpoint);
+    }
+    let deadline = Instant::now() + END_TIMEOUT;
+    while !session_ended() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !session_ended() {
         log::warn!(
-            "unmounting {} failed ({e}), files are still open in it; detaching it lazily",
+            "files are still open in the detached mount of {}; their next requests fail \
+             with ENOTCONN",
             config.mountpoint.display()
         );
-        unmount(&config.mountpoint, libc::MNT_DETACH);
     }
     Ok(())
+}
+
+/// Outcome of waiting for a new mount to answer.
+enum Serving {
+    Yes,
+    Stopped,
+    Ended,
+    TimedOut,
+}
+
+/// Waits until the mount at `mountpoint` answers a getattr and a readdir
+/// (asked from a helper thread), a signal arrives, or the session ends.
+/// The helper thread's request is always answered before the daemon
+/// exits: the session keeps serving until the mount is gone.
+fn wait_until_serving(
+    mountpoint: &Path,
+    stop: &AtomicBool,
+    session_ended: &dyn Fn() -> bool,
+) -> Serving {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = mountpoint.to_path_buf();
+    let probe = std::thread::Builder::new()
+        .name("sessionfs-ready".into())
+        .spawn(move || {
+            let r = std::fs::metadata(&path).and_then(|_| std::fs::read_dir(&path).map(|_| ()));
+            let _ = tx.send(r);
+        });
+    if probe.is_err() {
+        return Serving::TimedOut;
+    }
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok(Ok(())) => return Serving::Yes,
+            Ok(Err(e)) => {
+                log::warn!("{}: {e}", mountpoint.display());
+                return Serving::Ended;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Serving::Ended,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if stop.load(Ordering::SeqCst) {
+            return Serving::Stopped;
+        }
+        if session_ended() {
+            return Serving::Ended;
+        }
+        if Instant::now() > deadline {
+            return Serving::TimedOut;
+        }
+    }
+}
+
+/// Serves until a signal, the end of the session, or the disappearance of
+/// mount `own` from the mount table (a lazy external unmount leaves the
+/// session running while files are open).
+fn serve(own: &MountEntry, stop: &AtomicBool, session_ended: &dyn Fn() -> bool) -> End {
+    let mut ticks = 0u32;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return End::Signal;
+        }
+        if session_ended() {
+            return End::Unmounted;
+        }
+        ticks = ticks.wrapping_add(1);
+        if ticks.is_multiple_of(4) && !mount_table::is_mounted(own.id) {
+            return End::Unmounted;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Unmounts the daemon's own mount `own` at `path`: only while the mount
+/// visible at `path` is this very mount (same mount id); never a mount
+/// made there later, nor one stacked on it. Busy: detached lazily. Best
+/// effort: failures are logged.
+fn unmount_own(own: &MountEntry, path: &Path) {
+    for lazy in [false, true] {
+        match mount_table::top_at(path) {
+            Some(top) if top.id == own.id => {}
+            Some(_) if mount_table::is_mounted(own.id) => {
+                log::warn!(
+                    "another file system is mounted over {}; leaving the sessionfs mount \
+                     under it (unmount the upper one, then `umount {}`)",
+                    path.display(),
+                    path.display()
+                );
+                return;
+            }
+            _ => return,
+        }
+        match unmount_path(path, lazy) {
+            Ok(()) => return,
+            Err(e) if !lazy => {
+                log::debug!("unmounting {} failed ({e}); detaching it", path.display())
+            }
+            Err(e) => log::warn!("cannot unmount {}: {e}", path.display()),
+        }
+    }
+}
+
+/// `umount2(path)` (lazily: `MNT_DETACH`); as a normal user, through
+/// `fusermount3 -u` (`-z` for lazy), which checks that the mount is ours.
+fn unmount_path(path: &Path, lazy: bool) -> Result<(), String> {
+    let flags = if lazy {
+        nix::mount::MntFlags::MNT_DETACH
+    } else {
+        nix::mount::MntFlags::empty()
+    };
+    match nix::mount::umount2(path, flags) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {
+            let mut cmd = std::process::Command::new("fusermount3");
+            cmd.arg("-u").arg("-q");
+            if lazy {
+                cmd.arg("-z");
+            }
+            let out = cmd
+                .arg("--")
+                .arg(path)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("fusermount3: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "fusermount3 -u: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }

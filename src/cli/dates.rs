@@ -1,0 +1,75 @@
+//! Times as the CLI prints them: ISO 8601 in UTC, as JavaScript's
+//! `Date.prototype.toISOString` writes them (jiff does the calendar).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jiff::tz::Offset;
+use jiff::Timestamp;
+
+/// Milliseconds in 400 Gregorian years (146,097 days): the calendar
+/// repeats with this period, which extends jiff's range (years
+/// -9999..=9999) to every `i64` of milliseconds.
+const CYCLE_MS: i64 = 146_097 * 86_400_000;
+
+/// Milliseconds since the Unix epoch (negative before it, saturating).
+pub(super) fn system_time_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
+}
+
+/// Formats milliseconds since the Unix epoch as ISO 8601 in UTC, the way
+/// JavaScript's `Date.prototype.toISOString` does
+/// (`2026-01-05T09:00:00.000Z`; years outside 0–9999 as `±YYYYYY`).
+pub fn format_utc_ms(ms: i64) -> String {
+    // Shift into the first 400-year cycle after the epoch, let jiff find
+    // the date there, and add the cycles back to the year.
+    let cycles = ms.div_euclid(CYCLE_MS);
+    let in_cycle = ms.rem_euclid(CYCLE_MS);
+    let ts = Timestamp::from_millisecond(in_cycle)
+        .expect("the first 400 years after 1970 are within jiff's range");
+    let dt = Offset::UTC.to_datetime(ts);
+    let year = i64::from(dt.year()) + cycles * 400;
+    let year = if (0..=9999).contains(&year) {
+        format!("{year:04}")
+    } else if year < 0 {
+        format!("-{:06}", year.unsigned_abs())
+    } else {
+        format!("+{year:06}")
+    };
+    format!(
+        "{year}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
+        dt.millisecond()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_times_match_javascript() {
+        for (ms, iso) in [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_767_603_600_000, "2026-01-05T09:00:00.000Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (-1, "1969-12-31T23:59:59.999Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+            (253_402_300_800_000, "+010000-01-01T00:00:00.000Z"),
+            (8_640_000_000_000_000, "+275760-09-13T00:00:00.000Z"),
+            (-62_198_755_200_000, "-000001-01-01T00:00:00.000Z"),
+            (-62_167_219_200_000, "0000-01-01T00:00:00.000Z"),
+        ] {
+            assert_eq!(format_utc_ms(ms), iso, "{ms}");
+        }
+        // No panic at the extremes.
+        let _ = format_utc_ms(i64::MAX);
+        let _ = format_utc_ms(i64::MIN);
+    }
+}

@@ -1,0 +1,158 @@
+//! `sessionfs list`: the sessions of a root, as a table or JSON.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::dates::{format_utc_ms, system_time_ms};
+use super::{fail, open_store, output_result, EXIT_ERROR, EXIT_OK};
+use crate::store::catalog::{SessionListing, SessionSummary};
+
+/// Widest ID column of the `list` table; longer ids overflow their row.
+const MAX_ID_COLUMN: usize = 40;
+
+#[derive(Debug, Args)]
+pub(super) struct ListArgs {
+    /// The session store's root directory.
+    pub(super) root: PathBuf,
+    /// Only the sessions whose header cwd is PATH (NFC or NFD spelling).
+    #[arg(long, value_name = "PATH")]
+    pub(super) project: Option<String>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+pub(super) fn run(args: ListArgs) -> u8 {
+    let (_identity, store) = match open_store(&args.root) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let listing = match &args.project {
+        Some(path) => store.sessions_for_project(path),
+        None => store.sessions(),
+    };
+    let SessionListing {
+        mut sessions,
+        errors,
+    } = match listing {
+        Ok(listing) => listing,
+        Err(e) => return fail(e),
+    };
+    sessions.sort_by(|a, b| {
+        (a.created_at_ms, &a.id, &a.project_dir).cmp(&(b.created_at_ms, &b.id, &b.project_dir))
+    });
+    for e in &errors {
+        eprintln!("sessionfs: skipped: {e}");
+    }
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let written = if args.json {
+        write_json(&mut out, &sessions)
+    } else {
+        write_table(&mut out, &sessions)
+    }
+    .and_then(|()| out.flush());
+    match output_result(written) {
+        EXIT_OK if !errors.is_empty() => EXIT_ERROR,
+        code => code,
+    }
+}
+
+fn write_json(out: &mut impl Write, sessions: &[SessionSummary]) -> io::Result<()> {
+    let array: Vec<serde_json::Value> = sessions
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "id": s.id,
+                "cwd": s.cwd,
+                "createdAt": format_utc_ms(i64::try_from(s.created_at_ms).unwrap_or(i64::MAX)),
+                "createdAtMs": s.created_at_ms,
+                "size": s.plain_len,
+                "modified": format_utc_ms(system_time_ms(s.modified)),
+                "project": s.project_dir.to_string_lossy(),
+                "path": s.transcript_path.to_string_lossy(),
+            })
+        })
+        .collect();
+    // A failed write keeps its kind (a closed pipe stays `BrokenPipe`).
+    serde_json::to_writer_pretty(&mut *out, &array).map_err(io::Error::from)?;
+    writeln!(out)
+}
+
+fn write_table(out: &mut impl Write, sessions: &[SessionSummary]) -> io::Result<()> {
+    let header = ["ID", "CREATED", "SIZE", "MODIFIED", "CWD"];
+    let rows: Vec<[String; 5]> = sessions
+        .iter()
+        .map(|s| {
+            [
+                printable(&s.id),
+                format_utc_ms(i64::try_from(s.created_at_ms).unwrap_or(i64::MAX)),
+                s.plain_len.to_string(),
+                format_utc_ms(system_time_ms(s.modified)),
+                s.cwd.as_deref().map_or_else(|| "-".to_string(), printable),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    // A very long id overflows its own row instead of widening every row.
+    widths[0] = widths[0].min(MAX_ID_COLUMN);
+    let line = |out: &mut dyn Write, cells: [&str; 5]| -> io::Result<()> {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                // SIZE is right-aligned, the rest left-aligned.
+                if i == 2 {
+                    text.push_str(&" ".repeat(pad));
+                    text.push_str(cell);
+                } else {
+                    text.push_str(cell);
+                    text.push_str(&" ".repeat(pad));
+                }
+                text.push_str("  ");
+            }
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    line(out, header)?;
+    for row in &rows {
+        line(out, [&row[0], &row[1], &row[2], &row[3], &row[4]])?;
+    }
+    Ok(())
+}
+
+/// `s` with control characters escaped, so that one session stays one line
+/// of the table.
+fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_control_characters() {
+        assert_eq!(printable("a b/é🚀"), "a b/é🚀");
+        assert_eq!(printable("a\tb\nc"), "a\\tb\\nc");
+    }
+}

@@ -1,0 +1,257 @@
+//! Checks that run before mounting, each failing with a message that says
+//! what to do (MOUNT.md, Mount options): the mount point (a directory, not
+//! inside ROOT, not containing ROOT, no live sessionfs mount already
+//! there, a stale one recovered), the options (`auto_unmount`,
+//! `allow_other` for a normal user), access to FUSE (`/dev/fuse`,
+//! `fusermount3`), and whether ROOT can take writes. Nothing here writes
+//! into ROOT.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{access, geteuid, AccessFlags};
+
+use super::mount_table;
+use super::run::MountConfig;
+
+/// Runs every check; returns whether the mount is read-only (asked for, or
+/// ROOT cannot take writes).
+///
+/// Errors: a message naming the path or option and the fix.
+pub fn check(config: &MountConfig) -> Result<bool, String> {
+    refuse_inside_root(config)?;
+    refuse_containing_root(config)?;
+    check_mountpoint(&config.mountpoint)?;
+    check_fuse_access(config)?;
+    Ok(config.read_only || !root_takes_writes(&config.root))
+}
+
+/// `path` with symbolic links and `..` resolved, also when its last
+/// components do not exist yet (or do not answer, as a stale mount point):
+/// the deepest resolvable ancestor is resolved and the rest applied to it.
+pub fn resolved(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let parts: Vec<std::path::Component> = abs.components().collect();
+    for keep in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..keep].iter().collect();
+        let Ok(mut out) = prefix.canonicalize() else {
+            continue;
+        };
+        for part in &parts[keep..] {
+            match part {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::Normal(name) => out.push(name),
+                _ => {}
+            }
+        }
+        return out;
+    }
+    abs
+}
+
+/// The mount point and the index cache must lie outside the store: inside,
+/// the mount would show itself (an endless tree), and the cache would
+/// write into the store, which reads never do.
+fn refuse_inside_root(config: &MountConfig) -> Result<(), String> {
+    let root = &config.root;
+    let inside = |p: &Path| resolved(p).starts_with(root);
+    if inside(&config.mountpoint) {
+        return Err(format!(
+            "mount point {} is inside the session root {}; mount it elsewhere",
+            config.mountpoint.display(),
+            root.display()
+        ));
+    }
+    if let Some(dir) = &config.index_dir {
+        if inside(dir) {
+            return Err(format!(
+                "--index-cache {} is inside the session root {}; sessionfs never writes \
+                 caches into the store: pick a directory outside it",
+                dir.display(),
+                root.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A mount point that contains ROOT would hide the store behind the mount
+/// itself: every request would wait on the mount it serves.
+fn refuse_containing_root(config: &MountConfig) -> Result<(), String> {
+    let mountpoint = resolved(&config.mountpoint);
+    if resolved(&config.root).starts_with(&mountpoint) {
+        return Err(format!(
+            "mount point {} contains the session root {}: the mount would hide the store it \
+             serves; pick a mount point outside the root's parents",
+            config.mountpoint.display(),
+            config.root.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The mount point must be a directory. A live sessionfs mount already
+/// there is refused (a second one stacked on it would be removed with it
+/// by one `umount`); one left behind by a dead daemon (ENOTCONN) is
+/// detached, after checking it is still the mount visible there.
+fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
+    let shown = mountpoint.display();
+    let top = mount_table::top_at(mountpoint);
+    // Listing needs a live daemon; a stat may come from the kernel's
+    // attribute cache of a dead mount.
+    let probe = std::fs::read_dir(mountpoint).and_then(|_| std::fs::metadata(mountpoint));
+    match probe {
+        Ok(_) if top.as_ref().is_some_and(|m| m.is_sessionfs()) => {
+            let top = top.unwrap_or_else(|| unreachable!());
+            Err(format!(
+                "{shown} is already a sessionfs mount (of {}); unmount it first \
+                 (`umount {shown}`) or pick another mount point",
+                top.root().unwrap_or("?")
+            ))
+        }
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("mount point {shown} is not a directory")),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            log::warn!(
+                "mount point {shown} was left behind by a dead daemon (ENOTCONN); detaching it"
+            );
+            let detached = match top {
+                Some(top) => {
+                    mount_table::top_at(mountpoint).is_some_and(|now| now.id == top.id)
+                        && nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH).is_ok()
+                }
+                None => false,
+            };
+            if detached {
+                Ok(())
+            } else {
+                Err(format!(
+                    "mount point {shown} is stale and could not be detached; run \
+                     `umount -l {shown}` (or `fusermount3 -u -z {shown}`) and retry"
+                ))
+            }
+        }
+        Err(e) => Err(format!(
+            "mount point {shown}: {e}; create the directory (mkdir -p) or pick another"
+        )),
+    }
+}
+
+/// `fusermount3` on PATH, if any.
+fn fusermount3() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("fusermount3"))
+        .find(|p| p.is_file())
+}
+
+/// Whether `/etc/fuse.conf` has a `user_allow_other` line.
+fn user_allow_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .is_ok_and(|t| t.lines().any(|l| l.trim() == "user_allow_other"))
+}
+
+/// Access to FUSE: `/dev/fuse` for root; for a normal user, a setuid
+/// `fusermount3` (which opens `/dev/fuse` itself) and, for `allow_other`,
+/// `user_allow_other` in `/etc/fuse.conf`. `auto_unmount` needs
+/// `fusermount3` and `allow_root` or `allow_other`.
+fn check_fuse_access(config: &MountConfig) -> Result<(), String> {
+    let dev = Path::new("/dev/fuse");
+    if !dev.exists() {
+        return Err(
+            "/dev/fuse is missing: load the fuse module (`modprobe fuse`), or give \
+                    the container the device (`--device /dev/fuse`)"
+                .into(),
+        );
+    }
+    if config.auto_unmount && !(config.allow_other || config.allow_root) {
+        return Err(
+            "-o auto_unmount needs allow_root or allow_other as well (fusermount3 \
+                    requires it); add -o allow_root"
+                .into(),
+        );
+    }
+    let helper = fusermount3();
+    if config.auto_unmount && helper.is_none() {
+        return Err(
+            "-o auto_unmount needs the fusermount3 helper, which is not on PATH; \
+                    install it (apt-get install fuse3) or drop auto_unmount"
+                .into(),
+        );
+    }
+    if geteuid().is_root() {
+        return match std::fs::OpenOptions::new().read(true).write(true).open(dev) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!(
+                "cannot open /dev/fuse ({e}); mounting needs read-write access to it"
+            )),
+        };
+    }
+    let uid = geteuid();
+    let Some(helper) = helper else {
+        return Err(format!(
+            "mounting as a normal user (uid {uid}) needs fusermount3 on PATH (setuid root, \
+             from the fuse3 package: apt-get install fuse3), or run as root"
+        ));
+    };
+    let setuid = std::fs::metadata(&helper).is_ok_and(|m| m.permissions().mode() & 0o4000 != 0);
+    let dev_access = access(dev, AccessFlags::R_OK | AccessFlags::W_OK).is_ok();
+    if !setuid && !dev_access {
+        return Err(format!(
+            "uid {uid} has no access to /dev/fuse and {} is not setuid root; as root: \
+             `chmod u+s {}` (the fuse3 package installs it so), or add the user to the \
+             group that owns /dev/fuse",
+            helper.display(),
+            helper.display()
+        ));
+    }
+    if config.allow_other && !user_allow_other() {
+        return Err(format!(
+            "-o allow_other as a normal user (uid {uid}) needs `user_allow_other` in \
+             /etc/fuse.conf; as root: echo user_allow_other >> /etc/fuse.conf (or drop \
+             allow_other)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether ROOT can take writes, judged without writing anything: the
+/// file system is not mounted read-only and this process may create
+/// entries in the directory. Whether it makes hard links or no-replace
+/// renames is found at the first publication.
+fn root_takes_writes(root: &Path) -> bool {
+    let read_only_fs = nix::sys::statvfs::statvfs(root)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+    let writable = access(root, AccessFlags::W_OK | AccessFlags::X_OK).is_ok();
+    if read_only_fs || !writable {
+        log::warn!(
+            "{} cannot take writes ({}); mounting read-only (pass --read-only to silence this)",
+            root.display(),
+            if read_only_fs {
+                "its file system is mounted read-only"
+            } else {
+                "no write permission"
+            }
+        );
+        return false;
+    }
+    true
+}
+
+/// The message for a failed mount call: what failed and what to do.
+pub fn explain_mount_error(config: &MountConfig, e: &io::Error) -> String {
+    let hint = if geteuid().is_root() {
+        "check `dmesg` for the kernel's reason"
+    } else {
+        "as a normal user, the mount point must be a directory you own and fusermount3 \
+         must be setuid root; check the message above from fusermount3"
+    };
+    format!(
+        "cannot mount {} on {}: {e}; {hint}",
+        config.root.display(),
+        config.mountpoint.display()
+    )
+}
