@@ -9,14 +9,18 @@ pub mod by_id;
 pub mod cache;
 pub mod catalog;
 pub mod check;
+pub mod classify;
+pub mod decode;
 pub mod error;
 pub mod frame;
 pub mod header;
 pub mod index;
 pub mod index_store;
+pub mod limits;
 pub mod lines;
 pub mod naming;
 pub mod publish;
+pub mod quarantine;
 pub mod tail;
 pub mod transcript;
 
