@@ -18,8 +18,8 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
-use super::error::{Result, StoreError};
 use super::classify::{classify, Failure, WalkEnd};
+use super::error::{Result, StoreError};
 use super::frame::{encode_frame, walk_frame, FrameError, FrameInfo, FrameKind, Step};
 use super::lines::SeqCursor;
 use super::tail::{last_line_of_frames, last_raw_line, next_seq_from_last_line, prev_newline};

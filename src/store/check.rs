@@ -14,9 +14,9 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use super::append::lock_whole_file;
-use super::error::{Result, StoreError};
 use super::classify::{walk as walk_frames, Damage, WalkEnd};
 use super::decode::{self, HeaderFrameError};
+use super::error::{Result, StoreError};
 use super::frame::{FrameError, FrameInfo, FrameKind};
 use super::header::parse_header;
 use super::limits::MAX_LINE_BYTES;
@@ -187,7 +187,9 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
         let (root, rel) = root_and_rel(path);
         let copy = Quarantine::create(&root)
             .and_then(|q| q.copy_range(&file, at, len, &rel))
-            .map_err(|e| StoreError::io("copy the torn tail to the quarantine folder for", path, e))?;
+            .map_err(|e| {
+                StoreError::io("copy the torn tail to the quarantine folder for", path, e)
+            })?;
         report.quarantined = Some(copy);
         file.set_len(at)
             .and_then(|()| file.sync_all())

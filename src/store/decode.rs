@@ -149,7 +149,9 @@ impl<R: ReadAt + ?Sized> Read for FrameReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_frame(buf).map_err(|e| match e {
             FrameError::Io(e) => e,
-            FrameError::Corrupt { reason, .. } => io::Error::new(io::ErrorKind::InvalidData, reason),
+            FrameError::Corrupt { reason, .. } => {
+                io::Error::new(io::ErrorKind::InvalidData, reason)
+            }
         })
     }
 }
@@ -218,8 +220,8 @@ pub fn scan<R: ReadAt + ?Sized>(
                         summary.last_line = (!summary.last_line_too_long).then(|| line.to_vec());
                     }
                     None => {
-                        let too_long = current_too_long
-                            || current.len() + last_nl + 1 > MAX_LINE_BYTES;
+                        let too_long =
+                            current_too_long || current.len() + last_nl + 1 > MAX_LINE_BYTES;
                         summary.last_line_too_long = too_long;
                         summary.last_line = if too_long {
                             None
@@ -278,7 +280,9 @@ pub fn header_line<R: ReadAt + ?Sized>(
     let mut line: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = reader.read_frame(&mut buf).map_err(HeaderFrameError::Frame)?;
+        let n = reader
+            .read_frame(&mut buf)
+            .map_err(HeaderFrameError::Frame)?;
         if n == 0 {
             return Err(HeaderFrameError::NotOneLine(
                 "the first frame holds no complete line",
@@ -305,7 +309,10 @@ pub fn header_line<R: ReadAt + ?Sized>(
     // The line is complete: the frame must end here (the checksum is
     // verified by reading to the end).
     let mut probe = [0u8; 1];
-    match reader.read_frame(&mut probe).map_err(HeaderFrameError::Frame)? {
+    match reader
+        .read_frame(&mut probe)
+        .map_err(HeaderFrameError::Frame)?
+    {
         0 => Ok(line),
         _ => Err(HeaderFrameError::NotOneLine(
             "the first frame holds more than one line",

@@ -292,11 +292,7 @@ impl fmt::Display for StoreError {
                 resumes_at,
                 reason,
             } => {
-                write!(
-                    f,
-                    "{}: damaged at byte {at} ({reason})",
-                    Shown(path)
-                )?;
+                write!(f, "{}: damaged at byte {at} ({reason})", Shown(path))?;
                 if let Some(r) = resumes_at {
                     write!(f, "; verifiable data resumes at byte {r}")?;
                 }

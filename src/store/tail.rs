@@ -10,8 +10,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::error::{Result, StoreError};
 use super::decode;
+use super::error::{Result, StoreError};
 use super::frame::{FrameInfo, FrameKind, ReadAt};
 use super::index::FrameIndex;
 use super::limits::MAX_LINE_BYTES;

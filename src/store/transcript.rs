@@ -15,14 +15,14 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::cache::FrameCache;
-use super::error::{Result, StoreError};
 use super::classify::Damage;
 use super::decode::{self, HeaderFrameError};
+use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameCursor};
-use super::limits::{MAX_LINE_BYTES, MAX_WHOLE_FRAME};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
+use super::limits::{MAX_LINE_BYTES, MAX_WHOLE_FRAME};
 
 /// How a root stores its transcripts (FORMAT.md, Layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,8 +493,8 @@ fn decoded_frame(
             // Large compressed, small plain (the index says at most
             // LARGE_FRAME): streamed, never read whole.
             let mut plain = Vec::new();
-            let reader = decode::open(file, &frame.info)
-                .map_err(|e| StoreError::from_frame(path, e))?;
+            let reader =
+                decode::open(file, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
             std::io::Read::read_to_end(
                 &mut std::io::Read::take(reader, frame.plain_len + 1),
                 &mut plain,
@@ -585,29 +585,10 @@ fn build_state(
     let mut persisted_frames = 0;
     let (view, header_line) = match encoding {
         Encoding::Zstd => {
-            let ident = FileIdent::of(&meta);
-            let loaded = index_dir.and_then(|dir| index_store::load(dir, ident, &file, meta.len()));
-            let loaded_frames = loaded.as_ref().map_or(0, |i| i.frames().len());
-            let mut view = View::Zstd(loaded.unwrap_or_default());
-            extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;
-            if let (Some(dir), View::Zstd(index)) = (index_dir, &view) {
-                persisted_frames = persist_if_grown(dir, ident, index, loaded_frames);
-            }
-            let View::Zstd(index) = &view else {
-                unreachable!("built as a zstd view")
-            };
-            let Some(first) = index.frames().first() else {
-                if let Some(d) = index.damage() {
-                    return Err(StoreError::corrupt(path, d.at, d.reason.clone()));
-                }
-                let why = if index.is_torn() {
-                    "the file ends inside its header frame"
-                } else {
-                    "it holds no data frame"
-                };
-                return Err(StoreError::header_less(path, why));
-            };
-            let line = match decode::header_line(&file, &first.info) {
+            // The header frame first, through the bounded stream: a file
+            // whose first frame is not one header line costs one line.
+            let first = first_data_frame(path, &file, meta.len())?;
+            let line = match decode::header_line(&file, &first) {
                 Ok(line) => line,
                 Err(HeaderFrameError::Frame(e)) => return Err(StoreError::from_frame(path, e)),
                 Err(HeaderFrameError::LineTooLong) => {
@@ -623,6 +604,25 @@ fn build_state(
                     ))
                 }
             };
+            let ident = FileIdent::of(&meta);
+            let loaded = index_dir.and_then(|dir| index_store::load(dir, ident, &file, meta.len()));
+            let loaded_frames = loaded.as_ref().map_or(0, |i| i.frames().len());
+            let mut view = View::Zstd(loaded.unwrap_or_default());
+            extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;
+            if let (Some(dir), View::Zstd(index)) = (index_dir, &view) {
+                persisted_frames = persist_if_grown(dir, ident, index, loaded_frames);
+            }
+            let View::Zstd(index) = &view else {
+                unreachable!("built as a zstd view")
+            };
+            if index.frames().first().map(|f| f.info) != Some(first) {
+                // The classifier put the damage at the header frame itself.
+                let (at, why) = index.damage().map_or(
+                    (first.offset, "the header frame is damaged".to_string()),
+                    |d| (d.at, d.reason.clone()),
+                );
+                return Err(StoreError::corrupt(path, at, why));
+            }
             (view, line)
         }
         Encoding::Raw => {
@@ -664,6 +664,30 @@ fn build_state(
         view,
         header,
     })
+}
+
+/// The first data frame of a zstd file of `file_len` bytes (skippable
+/// frames before it are walked over).
+///
+/// Errors: [`StoreError::HeaderLess`] when the file ends inside it or holds
+/// none; [`StoreError::Corrupt`] for structural corruption before it;
+/// [`StoreError::Io`].
+fn first_data_frame(path: &Path, file: &File, file_len: u64) -> Result<super::frame::FrameInfo> {
+    use super::frame::{walk_frame, FrameKind, Step};
+    let mut pos = 0;
+    loop {
+        match walk_frame(file, pos, file_len).map_err(|e| StoreError::from_frame(path, e))? {
+            Step::Frame(info) if info.kind == FrameKind::Skippable => pos = info.offset + info.len,
+            Step::Frame(info) => return Ok(info),
+            Step::Torn => {
+                return Err(StoreError::header_less(
+                    path,
+                    "the file ends inside its header frame",
+                ))
+            }
+            Step::End => return Err(StoreError::header_less(path, "it holds no data frame")),
+        }
+    }
 }
 
 /// Extends a view to a file of `file_len` bytes.
