@@ -84,14 +84,21 @@ fn every_cut_of_the_last_frame_is_a_torn_tail_at_the_store_level() {
         // check: a torn tail, nothing else.
         let r = check_transcript(&path, false).unwrap();
         assert_eq!(r.torn_at, Some(last_start as u64), "cut {cut}: {r:?}");
-        assert!(r.damage.is_none() && r.problems.is_empty(), "cut {cut}: {r:?}");
+        assert!(
+            r.damage.is_none() && r.problems.is_empty(),
+            "cut {cut}: {r:?}"
+        );
         assert!(!r.torn_in_header);
         // --repair: the cut bytes are copied first, then cut.
         let r = check_transcript(&path, true).unwrap();
         assert!(r.repaired, "cut {cut}: {r:?}");
         let copy = r.quarantined.clone().expect("a quarantine copy");
         assert!(copy.starts_with(&state), "{}", copy.display());
-        assert_eq!(fs::read(&copy).unwrap(), &full[last_start..cut], "cut {cut}");
+        assert_eq!(
+            fs::read(&copy).unwrap(),
+            &full[last_start..cut],
+            "cut {cut}"
+        );
         assert_eq!(fs::read(&path).unwrap(), &full[..last_start], "cut {cut}");
         assert_eq!(zstd_dc(&path), prefix, "cut {cut}");
         let again = check_transcript(&path, false).unwrap();
