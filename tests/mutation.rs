@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use sessionfs::store::check::check_transcript;
-use sessionfs::store::frame::{walk_frame, FrameKind, Step};
+use sessionfs::store::frame::{walk_frame, Step};
 use sessionfs::store::{Encoding, FrameCache, Transcript};
 use zstd::zstd_safe::{self, DParameter, InBuffer, OutBuffer};
 
