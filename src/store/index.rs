@@ -37,9 +37,13 @@ pub struct FrameIndex {
     /// Set when the walk met damage that is not a torn tail (see
     /// [`super::classify`]), or a frame without a content-size field failed
     /// to decode (its length, and so every later offset, is unknown). The
-    /// index then ends at the damage for good: the view is the verified
-    /// prefix plus one byte that no read returns.
+    /// index then ends at the damage until the file changes length: the
+    /// view is the verified prefix plus one byte that no read returns.
     damage: Option<Damage>,
+    /// File length when the damage was found: a file that changed length
+    /// since is walked again from the damage (a writer's bytes may have
+    /// been seen before they were all there), one that did not is not.
+    damage_file_len: u64,
 }
 
 impl FrameIndex {
@@ -94,9 +98,10 @@ impl FrameIndex {
     /// field is decoded once, streaming, to learn its length
     /// (`frames_decoded` is incremented for it). Where the walk fails, the
     /// classifier ([`super::classify`]) decides: a torn tail is left out
-    /// until it completes; damage ends the index for good (see
+    /// until it completes; damage ends the index (see
     /// [`FrameIndex::damage`]), including a frame without a content-size
-    /// field that fails to decode.
+    /// field that fails to decode, and is walked again from there only
+    /// when the file's length changed.
     ///
     /// Errors: [`FrameError::Io`] when reading fails (the frames indexed
     /// before stay).
@@ -107,7 +112,11 @@ impl FrameIndex {
         frames_decoded: &mut u64,
     ) -> Result<(), FrameError> {
         if self.damage.is_some() {
-            return Ok(());
+            if file_len == self.damage_file_len {
+                return Ok(());
+            }
+            self.damage = None;
+            self.last_walked = None;
         }
         self.torn = false;
         loop {
@@ -128,6 +137,7 @@ impl FrameIndex {
                                             reason,
                                             resumes_at: (next < file_len).then_some(next),
                                         });
+                                        self.damage_file_len = file_len;
                                         return Ok(());
                                     }
                                     Err(e) => return Err(e),
@@ -163,7 +173,10 @@ impl FrameIndex {
                 WalkEnd::Torn { .. } => self.torn = true,
                 WalkEnd::Damaged(d) => {
                     self.frames.retain(|f| f.info.offset < d.at);
+                    self.walked_to = d.at;
+                    self.last_walked = None;
                     self.damage = Some(d);
+                    self.damage_file_len = file_len;
                 }
             }
             return Ok(());
@@ -318,5 +331,29 @@ mod tests {
         assert_eq!(idx.frames_for(2, 4), 1..2);
         assert_eq!(idx.frames_for(5, 2), 1..4);
         assert_eq!(idx.frames_for(10, 5), 0..0);
+    }
+
+    #[test]
+    fn damage_is_walked_again_once_the_file_changes_length() {
+        let head = encode_frame(b"h\n").unwrap();
+        let mut seen = head.clone();
+        seen.extend_from_slice(&[0u8; 8]); // a writer's bytes not all there yet
+        let mut idx = FrameIndex::new();
+        let mut decoded = 0;
+        idx.extend(&seen[..], seen.len() as u64, &mut decoded)
+            .unwrap();
+        let d = idx.damage().expect("zeros are not a frame").clone();
+        assert_eq!((d.at, d.resumes_at), (head.len() as u64, None));
+        assert_eq!(idx.plain_len(), 3);
+        // The same length: nothing is walked again.
+        idx.extend(&seen[..], seen.len() as u64, &mut decoded)
+            .unwrap();
+        assert!(idx.is_damaged());
+        let full = file_of(&[b"h\n", b"a\nb\n"]);
+        idx.extend(&full[..], full.len() as u64, &mut decoded)
+            .unwrap();
+        assert!(!idx.is_damaged());
+        assert_eq!(idx.plain_len(), 6);
+        assert_eq!(idx.frames().len(), 2);
     }
 }
