@@ -185,6 +185,8 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
     if let (true, Some(at), false) = (repair, report.torn_at, report.torn_in_header) {
         // Every byte cut is copied to the quarantine folder first.
         let (root, rel) = root_and_rel(path);
+        // The root is named by its real path, wherever check was run from.
+        let root = fs::canonicalize(&root).unwrap_or(root);
         let copy = Quarantine::create(&root)
             .and_then(|q| q.copy_range(&file, at, len, &rel))
             .map_err(|e| {
