@@ -662,6 +662,8 @@ fn store_error_path(e: &crate::store::StoreError) -> Option<&Path> {
         | E::InvalidLine { path, .. }
         | E::SeqConflict { path, .. }
         | E::TornTail { path, .. }
+        | E::Damaged { path, .. }
+        | E::HeaderLineTooLong { path, .. }
         | E::AlreadyExists { path } => Some(path),
         E::DuplicateId { paths, .. } => paths.first().map(PathBuf::as_path),
         _ => None,
