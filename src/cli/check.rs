@@ -92,7 +92,14 @@ fn check_report_text(r: &crate::store::check::CheckReport) -> String {
                  committed; restore it from a backup or remove the session directory"
             )
         } else if r.repaired {
-            format!("{torn_unit} at byte {at}: truncated (repaired)")
+            match &r.quarantined {
+                Some(copy) => format!(
+                    "{torn_unit} at byte {at}: truncated (repaired); the cut bytes are kept \
+                     in {}",
+                    Shown(copy)
+                ),
+                None => format!("{torn_unit} at byte {at}: truncated (repaired)"),
+            }
         } else {
             format!("{torn_unit} at byte {at}: run with --repair to truncate it")
         });
@@ -137,6 +144,8 @@ fn store_error_path(e: &crate::store::StoreError) -> Option<&Path> {
         | E::InvalidLine { path, .. }
         | E::SeqConflict { path, .. }
         | E::TornTail { path, .. }
+        | E::Damaged { path, .. }
+        | E::HeaderLineTooLong { path, .. }
         | E::AlreadyExists { path } => Some(path),
         E::DuplicateId { paths, .. } => paths.first().map(PathBuf::as_path),
         _ => None,
