@@ -179,6 +179,12 @@ impl Daemon {
             .is_some_and(|c| c.try_wait().ok().flatten().is_some())
     }
 
+    /// Stops the drop from cleaning up the mount point: for a daemon that
+    /// exited while another one's mount sits there.
+    pub fn disown_mount_point(&mut self) {
+        self.mountpoint = PathBuf::new();
+    }
+
     /// The daemon's output so far.
     pub fn log(&self) -> String {
         String::from_utf8_lossy(&fs::read(&self.log).unwrap_or_default()).into_owned()
@@ -207,7 +213,9 @@ impl Drop for Daemon {
                 let _ = child.wait();
             }
         }
-        cleanup_mount(&self.mountpoint);
+        if !self.mountpoint.as_os_str().is_empty() {
+            cleanup_mount(&self.mountpoint);
+        }
     }
 }
 
