@@ -18,8 +18,8 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use lifecycle_support::{
-    canon, cleanup_mount, corpus_copy, event_line, install_for_mount_helper, mount_point,
-    next_seq, pid_ended, run_timeout, status_of, wait_until,
+    canon, cleanup_mount, corpus_copy, event_line, install_for_mount_helper, mount_point, next_seq,
+    pid_ended, run_timeout, status_of, wait_until,
 };
 
 const VIEW: &str = "--root--/cwd-root/session.jsonl";
@@ -101,18 +101,30 @@ fn failure_reasons_reach_the_caller_with_a_non_zero_exit() {
     assert!(!common::is_mounted(&mnt));
 
     let out = mount8(root.path(), &mnt, Some("auto_unmount"));
-    assert_fails(&out, "auto_unmount needs allow_root or allow_other", "auto_unmount alone");
+    assert_fails(
+        &out,
+        "auto_unmount needs allow_root or allow_other",
+        "auto_unmount alone",
+    );
     assert!(!common::is_mounted(&mnt));
 
     let inside = root.path().join("--root--");
     let out = mount8(root.path(), &inside, None);
-    assert_fails(&out, "inside the session root", "mount point inside the root");
+    assert_fails(
+        &out,
+        "inside the session root",
+        "mount point inside the root",
+    );
 
     let outer = tempfile::tempdir().unwrap();
     let outer_path = canon(outer.path());
     fs::create_dir(outer_path.join("root")).unwrap();
     let out = mount8(&outer_path.join("root"), &outer_path, None);
-    assert_fails(&out, "contains the session root", "mount point containing the root");
+    assert_fails(
+        &out,
+        "contains the session root",
+        "mount point containing the root",
+    );
     assert!(!common::is_mounted(&outer_path));
 
     let out = mount8(root.path(), &mnt, Some("attr_timeout=soon"));
@@ -154,7 +166,10 @@ fn remount_ro_takes_effect_and_rw_comes_back() {
         assert!(fs::read(&view).is_ok(), "reading stopped after remount,ro");
     } else {
         // Refusing is allowed, with a reason.
-        assert!(!stderr(&out).is_empty(), "remount,ro failed without a message");
+        assert!(
+            !stderr(&out).is_empty(),
+            "remount,ro failed without a message"
+        );
     }
 
     let out = run_timeout(
@@ -231,7 +246,11 @@ fn o_options_take_effect_and_the_status_file_lists_them() {
         assert_eq!(options[name], false, "{name}: {status}");
     }
     assert_eq!(status["cache"]["cap_bytes"], 32u64 << 20, "{status}");
-    assert_eq!(status["root"], canon(root.path()).to_str().unwrap(), "{status}");
+    assert_eq!(
+        status["root"],
+        canon(root.path()).to_str().unwrap(),
+        "{status}"
+    );
     // The status file is hidden and read-only.
     let names = common::list_dir(&mnt);
     assert!(
@@ -306,7 +325,10 @@ fn a_misspelt_option_fails_naming_it() {
     let out = mount8(root.path(), &mnt, Some("ro,allow_othr"));
     let _m = Mounted::new(&mnt);
     assert_fails(&out, "\"allow_othr\"", "-o allow_othr");
-    assert!(!common::is_mounted(&mnt), "mounted despite the unknown option");
+    assert!(
+        !common::is_mounted(&mnt),
+        "mounted despite the unknown option"
+    );
 }
 
 /// The options mount(8), mount.fuse3, fstab and systemd add are accepted

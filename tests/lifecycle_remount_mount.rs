@@ -13,8 +13,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lifecycle_support::{
-    canon, corpus_copy, install_for_mount_helper, mount_point, pid_ended, run_timeout,
-    status_of, wait_until, Daemon,
+    canon, corpus_copy, install_for_mount_helper, mount_point, pid_ended, run_timeout, status_of,
+    wait_until, Daemon,
 };
 
 const CYCLES: usize = 50;
@@ -74,7 +74,10 @@ fn umount_and_mount_fifty_times_in_the_foreground() {
             old.log(),
             new.log()
         );
-        assert!(serves(&mnt), "cycle {cycle}: the new mount does not serve the store");
+        assert!(
+            serves(&mnt),
+            "cycle {cycle}: the new mount does not serve the store"
+        );
         old.disown_mount_point();
         old = new;
     }
@@ -128,7 +131,10 @@ fn umount_and_mount_fifty_times_through_mount_8() {
             common::mount_entry(&mnt).is_some_and(|m| m.dev == entry.dev) && !pid_ended(pid),
             "cycle {cycle}: the new mount is gone after the old daemon exited"
         );
-        assert!(serves(&mnt), "cycle {cycle}: the new mount does not serve the store");
+        assert!(
+            serves(&mnt),
+            "cycle {cycle}: the new mount does not serve the store"
+        );
         old_pid = pid;
     }
     umount(&mnt);
@@ -146,7 +152,11 @@ fn a_stacked_mount_is_refused() {
     let root = corpus_copy("normal");
     let mnt_dir = mount_point();
     let mnt = canon(mnt_dir.path());
-    let args: Vec<&OsStr> = vec![OsStr::new("mount"), root.path().as_os_str(), mnt.as_os_str()];
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("mount"),
+        root.path().as_os_str(),
+        mnt.as_os_str(),
+    ];
     let mut first = Daemon::spawn(&args, &mnt, &[]);
     first.wait_mounted(Duration::from_secs(20));
 

@@ -42,7 +42,11 @@ fn start_up_time(root: &Path) -> Duration {
         d.wait_mounted(Duration::from_secs(20));
         slowest = slowest.max(started.elapsed());
         d.signal(libc::SIGTERM);
-        assert!(d.wait(EXIT_LIMIT).is_some_and(|s| s.success()), "{}", d.log());
+        assert!(
+            d.wait(EXIT_LIMIT).is_some_and(|s| s.success()),
+            "{}",
+            d.log()
+        );
     }
     slowest
 }
@@ -199,7 +203,8 @@ fn a_mount_point_that_contains_the_root_is_refused() {
     let mut d = Daemon::spawn(&mount_args(&root, &sneaky, &[]), &outer_path, &[]);
     let status = d.wait(Duration::from_secs(10));
     assert!(
-        status.is_some_and(|s| s.code() == Some(1)) && d.log().contains("contains the session root"),
+        status.is_some_and(|s| s.code() == Some(1))
+            && d.log().contains("contains the session root"),
         "{status:?}; log:\n{}",
         d.log()
     );

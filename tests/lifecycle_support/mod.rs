@@ -112,13 +112,28 @@ impl Daemon {
     /// Starts `sessionfs ARGS…` with its mount point `mountpoint` (for the
     /// cleanup) and `env` added. The daemon gets SIGTERM if the test dies.
     pub fn spawn(args: &[&std::ffi::OsStr], mountpoint: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn_with(BIN, args, mountpoint, env)
+    }
+
+    /// Starts `program ARGS…` (a wrapper such as setpriv that execs
+    /// sessionfs) with its mount point `mountpoint`.
+    pub fn spawn_program(program: &str, args: &[&std::ffi::OsStr], mountpoint: &Path) -> Daemon {
+        Daemon::spawn_with(program, args, mountpoint, &[])
+    }
+
+    fn spawn_with(
+        program: &str,
+        args: &[&std::ffi::OsStr],
+        mountpoint: &Path,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let log_dir = tempfile::Builder::new()
             .prefix("sessionfs-log-")
             .tempdir()
             .unwrap();
         let log = log_dir.path().join("daemon.log");
         let out = fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone().unwrap()))
