@@ -85,11 +85,12 @@ fn receive_fd(socket: &UnixStream) -> Option<OwnedFd> {
     let mut found = None;
     for cmsg in msg.cmsgs().ok()? {
         if let ControlMessageOwned::ScmRights(fds) = cmsg {
-            for fd in fds {
+            for fd in fds.into_iter().filter(|&fd| fd >= 0) {
                 // SAFETY: the kernel just installed `fd` in this process
-                // for us (SCM_RIGHTS); nothing else owns it.
+                // for us (SCM_RIGHTS); nothing else owns it. Extra ones
+                // are closed when dropped.
                 let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-                if found.is_none() && fd >= 0 {
+                if found.is_none() {
                     found = Some(owned);
                 }
             }
