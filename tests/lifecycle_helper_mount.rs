@@ -353,3 +353,28 @@ fn generic_options_are_accepted_silently() {
     assert_eq!(stderr(&out), "", "generic options made noise");
     assert!(fs::read(mnt.join(VIEW)).is_ok());
 }
+
+/// `.sessionfs-status` counts the bytes written and not yet committed
+/// (a line held in a long batch window), and no longer once committed.
+#[test]
+fn the_status_file_shows_pending_bytes() {
+    let root = corpus_copy("normal");
+    let mount = common::Mount::start(root.path(), &["--batch-ms", "60000"]);
+    let view = mount.join(VIEW);
+    let line = event_line(next_seq(&view), "pending");
+    let held = lifecycle_support::append_held(&view, &line);
+    let status = status_of(mount.path());
+    assert_eq!(status["pending_bytes"], line.len() as u64, "{status}");
+    assert_eq!(status["writers"], 1, "{status}");
+    assert_eq!(status["options"]["batch_ms"], "60000", "{status}");
+    drop(held);
+    // close() commits at flush; the handle goes at release, which the
+    // kernel sends asynchronously.
+    let mut last = serde_json::Value::Null;
+    let settled = wait_until(Duration::from_secs(5), || {
+        last = status_of(mount.path());
+        last["pending_bytes"] == 0 && last["writers"] == 0
+    });
+    assert!(settled, "{last}");
+    mount.stop();
+}

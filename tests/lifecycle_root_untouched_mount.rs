@@ -162,7 +162,9 @@ fn the_first_publication_still_works() {
     let header = "{\"type\":\"session\",\"version\":0,\"id\":\"lazy-probe\",\"createdAt\":1767603600000,\"cwd\":\"/tmp/lazy\",\"delegationDepth\":0}\n";
     fs::write(dir.join("session.jsonl"), header).unwrap();
     mount.stop();
-    let stored = root.path().join("--tmp-lazy--/lazy-probe/session.jsonl.zstd");
+    let stored = root
+        .path()
+        .join("--tmp-lazy--/lazy-probe/session.jsonl.zstd");
     assert_eq!(common::zstd_dc(&stored), header.as_bytes());
     let leftovers: Vec<_> = fs::read_dir(root.path())
         .unwrap()
