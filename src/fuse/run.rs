@@ -395,15 +395,20 @@ fn wait_until_serving(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Serving::Ended,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
-        if stop.load(Ordering::SeqCst) {
-            return Serving::Stopped;
-        }
-        if session_ended() {
-            return Serving::Ended;
-        }
-        if Instant::now() > deadline {
-            return Serving::TimedOut;
-        }
+        let outcome = if stop.load(Ordering::SeqCst) {
+            Serving::Stopped
+        } else if session_ended() {
+            Serving::Ended
+        } else if Instant::now() > deadline {
+            Serving::TimedOut
+        } else {
+            continue;
+        };
+        // The helper thread's request is answered by the still-running
+        // session (or fails once the connection ends): the daemon never
+        // exits while one of its own threads waits on its own mount.
+        let _ = rx.recv_timeout(Duration::from_secs(2));
+        return outcome;
     }
 }
 
