@@ -4,6 +4,7 @@
 mod adapter;
 pub mod fs;
 mod fs_write;
+mod fusermount;
 mod inode;
 pub mod mount_table;
 mod preflight;

@@ -103,6 +103,27 @@ fn mount_options(config: &MountConfig, read_only: bool) -> (Vec<MountOption>, Se
     (out, acl)
 }
 
+/// `fusermount3 -o` options for `config`: what [`mount_options`] gives
+/// the kernel, spelled as fusermount3 takes them.
+fn fusermount_options(config: &MountConfig, read_only: bool) -> Vec<String> {
+    let mut out = vec![
+        format!("fsname={}", fs_name(config)),
+        "subtype=sessionfs".to_string(),
+        "default_permissions".to_string(),
+        "nodev".to_string(),
+        "nosuid".to_string(),
+    ];
+    out.extend(config.kernel_options.iter().cloned());
+    if config.allow_other || config.allow_root {
+        // fuser filters the requests of others for allow_root.
+        out.push("allow_other".to_string());
+    }
+    if read_only {
+        out.push("ro".to_string());
+    }
+    out
+}
+
 /// The mount's source as mountinfo shows it: `sessionfs:<ROOT>`.
 fn fs_name(config: &MountConfig) -> String {
     format!("{}{}", mount_table::SOURCE_PREFIX, config.root.display())
@@ -227,8 +248,24 @@ pub fn run_mount(
         Arc::clone(&core),
     ));
     let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout).with_status(status);
-    let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config)
-        .map_err(|e| preflight::explain_mount_error(&config, &e))?;
+    let session = if nix::unistd::geteuid().is_root() || config.auto_unmount {
+        fuser::Session::new(adapter, &config.mountpoint, &fuse_config)
+            .map_err(|e| preflight::explain_mount_error(&config, &e))?
+    } else {
+        // A normal user mounts through fusermount3 (fuser's own path needs
+        // /dev/fuse open to the user: see fusermount.rs).
+        let fd =
+            super::fusermount::mount(&config.mountpoint, &fusermount_options(&config, read_only))
+                .map_err(|e| {
+                format!(
+                    "cannot mount {} on {}: {e}",
+                    config.root.display(),
+                    config.mountpoint.display()
+                )
+            })?;
+        fuser::Session::from_fd(adapter, fd, acl, fuse_config)
+            .map_err(|e| format!("cannot start the FUSE session: {e}"))?
+    };
     // The mount exists from here on: find its identity before anything
     // else can be mounted over it.
     let own = mount_table::top_at(&config.mountpoint)
@@ -362,15 +399,20 @@ fn wait_until_serving(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Serving::Ended,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
-        if stop.load(Ordering::SeqCst) {
-            return Serving::Stopped;
-        }
-        if session_ended() {
-            return Serving::Ended;
-        }
-        if Instant::now() > deadline {
-            return Serving::TimedOut;
-        }
+        let outcome = if stop.load(Ordering::SeqCst) {
+            Serving::Stopped
+        } else if session_ended() {
+            Serving::Ended
+        } else if Instant::now() > deadline {
+            Serving::TimedOut
+        } else {
+            continue;
+        };
+        // The helper thread's request is answered by the still-running
+        // session (or fails once the connection ends): the daemon never
+        // exits while one of its own threads waits on its own mount.
+        let _ = rx.recv_timeout(Duration::from_secs(2));
+        return outcome;
     }
 }
 

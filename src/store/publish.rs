@@ -436,7 +436,9 @@ fn publish_file(
     }
 }
 
-/// Checks, at mount time, how new sessions can be published under `root`:
+/// Checks how new sessions can be published under `root` (the mount does
+/// not call it: it writes nothing into ROOT at start-up, and finds the
+/// method at its first publication, in [`publish_session`]):
 /// tries `link()` between two probe files directly in the root (files
 /// there are not part of the store and are never shown), then a
 /// `renameat2(RENAME_NOREPLACE)` that must refuse to replace. Removes the
