@@ -14,13 +14,12 @@ mod common;
 mod net;
 
 use std::collections::HashSet;
-use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::IntoRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -95,8 +94,11 @@ fn note(seq: u64, writer: &str, n: u64) -> String {
 }
 
 fn seq_of(line: &str) -> u64 {
-    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
-    v["seq"].as_u64().unwrap_or_else(|| panic!("no seq: {line:?}"))
+    let v: Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+    v["seq"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no seq: {line:?}"))
 }
 
 fn session_rel(id: &str, cwd: Option<&str>) -> PathBuf {
@@ -136,7 +138,8 @@ fn mkdir_session(mnt: &Path, rel: &Path) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => panic!("mkdir {}: {e}", project.display()),
     }
-    fs::create_dir(mnt.join(rel)).unwrap_or_else(|e| panic!("mkdir {}: {e}", mnt.join(rel).display()));
+    fs::create_dir(mnt.join(rel))
+        .unwrap_or_else(|e| panic!("mkdir {}: {e}", mnt.join(rel).display()));
 }
 
 /// The `seq` after the last line of the transcript at `view` (read through
@@ -154,8 +157,9 @@ fn next_seq_through(view: &Path) -> io::Result<u64> {
         .rsplit('\n')
         .next()
         .unwrap_or_default();
-    let v: Value = serde_json::from_str(last)
-        .map_err(|e| io::Error::other(format!("last line of {} is not JSON ({e})", view.display())))?;
+    let v: Value = serde_json::from_str(last).map_err(|e| {
+        io::Error::other(format!("last line of {} is not JSON ({e})", view.display()))
+    })?;
     Ok(if v["type"] == "session" {
         0
     } else {
@@ -175,9 +179,15 @@ fn oracle_dir() -> PathBuf {
             .unwrap_or_else(|| std::env::temp_dir().join("sessionfs-oracle"));
         let src = common::shared_dir().join("tools/oracle");
         let ready = dir.join("node_modules/.bin/node").exists()
-            && ["oracle.mjs", "lib.mjs", "events.mjs", "package.json", "package-lock.json"]
-                .iter()
-                .all(|f| fs::read(dir.join(f)).ok() == fs::read(src.join(f)).ok());
+            && [
+                "oracle.mjs",
+                "lib.mjs",
+                "events.mjs",
+                "package.json",
+                "package-lock.json",
+            ]
+            .iter()
+            .all(|f| fs::read(dir.join(f)).ok() == fs::read(src.join(f)).ok());
         assert!(
             ready,
             "the reference oracle is not installed at {} (or differs from ../shared/tools/oracle): \
@@ -246,7 +256,10 @@ fn the_test_network_serves_one_root_to_two_clients() {
     assert_eq!(fs::read(backing.join("probe.txt")).unwrap(), probe);
     // An append through client 2 is seen by client 1 at once (no attribute
     // cache with the recommended options).
-    let mut f = OpenOptions::new().append(true).open(c2.join("probe.txt")).unwrap();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(c2.join("probe.txt"))
+        .unwrap();
     f.write_all(b"appended through client 2\n").unwrap();
     f.sync_all().unwrap();
     drop(f);
@@ -260,11 +273,14 @@ fn the_test_network_serves_one_root_to_two_clients() {
     // reads back as the reference's readRaw text.
     let m = mount_b(c2.path(), &["--read-only"]);
     let expected: Value =
-        serde_json::from_slice(&fs::read(corpus_dir().join("normal/expected.json")).unwrap()).unwrap();
+        serde_json::from_slice(&fs::read(corpus_dir().join("normal/expected.json")).unwrap())
+            .unwrap();
     let mut n = 0;
     for s in expected["report"]["sessions"].as_array().unwrap() {
         let id = s["id"].as_str().unwrap();
-        let Some(dir) = s["dirs"][0].as_str() else { continue };
+        let Some(dir) = s["dirs"][0].as_str() else {
+            continue;
+        };
         let view = m.join(dir.trim_end_matches('/')).join(VIEW);
         let got = fs::read(&view).unwrap_or_else(|e| panic!("read {}: {e}", view.display()));
         assert_eq!(
@@ -280,4 +296,826 @@ fn the_test_network_serves_one_root_to_two_clients() {
     drop(c2);
     drop(c1);
     drop(sshd);
+}
+
+// ---------------------------------------------------------------------------
+// Small concurrency helpers
+// ---------------------------------------------------------------------------
+
+/// A barrier whose wait panics when a partner does not arrive in time.
+struct TimedBarrier {
+    n: usize,
+    state: Mutex<(usize, u64)>,
+    cv: Condvar,
+}
+
+impl TimedBarrier {
+    fn new(n: usize) -> Self {
+        TimedBarrier {
+            n,
+            state: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.state.lock().unwrap();
+        let generation = st.1;
+        st.0 += 1;
+        if st.0 == self.n {
+            st.0 = 0;
+            st.1 += 1;
+            self.cv.notify_all();
+            return;
+        }
+        while st.1 == generation {
+            let now = Instant::now();
+            assert!(now < deadline, "barrier: a partner thread did not arrive");
+            st = self.cv.wait_timeout(st, deadline - now).unwrap().0;
+        }
+    }
+}
+
+/// xorshift64*: reproducible batch sizes.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+/// A child process killed on drop.
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for `h` until `deadline`, panicking with `context()` then.
+fn join_by<T>(
+    h: thread::JoinHandle<T>,
+    deadline: Instant,
+    what: &str,
+    context: impl Fn() -> String,
+) -> T {
+    while !h.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} still runs past its deadline; {}",
+            context()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    h.join().unwrap_or_else(|_| panic!("{what} panicked"))
+}
+
+/// Errnos with which a commit is refused as "retry with the fresh tail":
+/// EINVAL (the batch no longer continues the transcript, MOUNT.md
+/// Appending), and EAGAIN/EBUSY (the lock stayed held past the bounded wait).
+fn is_refusal(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+    )
+}
+
+// ---------------------------------------------------------------------------
+// 1. Four writers on two machines, one transcript
+// ---------------------------------------------------------------------------
+
+/// What one racing writer did.
+#[derive(Default)]
+struct WriterReport {
+    name: String,
+    acked: Vec<String>,
+    refused: u64,
+}
+
+/// Four writers (two per mount) append to one transcript for `run`: each
+/// reads the tail through its own mount, writes 1–3 lines continuing its
+/// `seq`, fsyncs, and retries a refused batch with fresh numbers. Returns
+/// the reports; panics on any other error.
+fn race_writers(
+    views: [&Path; 2],
+    run: Duration,
+    context: &(dyn Fn() -> String + Sync),
+) -> Vec<WriterReport> {
+    let deadline = Instant::now() + run;
+    let reports = thread::scope(|s| {
+        let mut handles = Vec::new();
+        for (i, name) in ["a1", "a2", "b1", "b2"].into_iter().enumerate() {
+            let view = views[i / 2].to_path_buf();
+            handles.push(s.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1));
+                let mut r = WriterReport {
+                    name: name.into(),
+                    ..Default::default()
+                };
+                let mut k = 0;
+                while Instant::now() < deadline {
+                    let next = next_seq_through(&view)
+                        .unwrap_or_else(|e| panic!("{name}: cannot read the tail of {}: {e}", view.display()));
+                    let lines: Vec<String> = (0..1 + rng.below(3)).map(|j| note(next + j, name, k + j)).collect();
+                    match append_batch(&view, lines.concat().as_bytes()) {
+                        Ok(()) => {
+                            k += lines.len() as u64;
+                            r.acked.extend(lines);
+                        }
+                        Err(e) if is_refusal(&e) => r.refused += 1,
+                        Err(e) => panic!("{name}: a batch at seq {next} failed with {e} (neither acknowledged nor refused)"),
+                    }
+                }
+                r
+            }));
+        }
+        let join_deadline = deadline + Duration::from_secs(60);
+        handles
+            .into_iter()
+            .map(|h| {
+                while !h.is_finished() {
+                    assert!(
+                        Instant::now() < join_deadline,
+                        "a writer still runs 60 s after the race; {}",
+                        context()
+                    );
+                    thread::sleep(Duration::from_millis(10));
+                }
+                h.join().expect("writer panicked")
+            })
+            .collect::<Vec<_>>()
+    });
+    reports
+}
+
+/// Checks the backing transcript against the writers' reports: header
+/// first, `seq` contiguous from 0, every acknowledged line stored exactly
+/// once and nothing else stored; then the reference oracle loads it.
+fn check_race_result(
+    backing_root: &Path,
+    rel: &Path,
+    id: &str,
+    header: &str,
+    reports: &[WriterReport],
+    label: &str,
+) {
+    let backing = backing_root.join(rel).join(ZSTD_NAME);
+    let text = String::from_utf8(zstd_dc(&backing)).unwrap();
+    let mut lines = text.split_inclusive('\n');
+    assert_eq!(lines.next(), Some(header), "{label}: the header changed");
+    let stored: Vec<&str> = lines.collect();
+    let mut acked_set: HashSet<&str> = HashSet::new();
+    let mut total_refused = 0;
+    let mut total_acked = 0;
+    for r in reports {
+        let tries = r.acked.len() as u64 + r.refused;
+        eprintln!(
+            "{label}: writer {}: {} lines acknowledged, {} batches refused and retried ({:.1}% of attempts)",
+            r.name,
+            r.acked.len(),
+            r.refused,
+            100.0 * r.refused as f64 / tries.max(1) as f64
+        );
+        total_refused += r.refused;
+        total_acked += r.acked.len();
+        for l in &r.acked {
+            assert!(
+                acked_set.insert(l),
+                "{label}: a line was acknowledged twice: {l}"
+            );
+        }
+    }
+    eprintln!(
+        "{label}: {} lines stored, {total_acked} acknowledged, {total_refused} batches refused",
+        stored.len()
+    );
+    for (i, line) in stored.iter().enumerate() {
+        assert_eq!(
+            seq_of(line),
+            i as u64,
+            "{label}: seq is not contiguous at line {}",
+            i + 2
+        );
+    }
+    let stored_set: HashSet<&str> = stored.iter().copied().collect();
+    assert_eq!(
+        stored_set.len(),
+        stored.len(),
+        "{label}: a line is stored twice"
+    );
+    let lost: Vec<&&str> = acked_set.difference(&stored_set).collect();
+    assert!(
+        lost.is_empty(),
+        "{label}: acknowledged lines lost: {lost:?}"
+    );
+    let unacked: Vec<&&str> = stored_set.difference(&acked_set).collect();
+    assert!(
+        unacked.is_empty(),
+        "{label}: stored lines no writer saw acknowledged: {unacked:?}"
+    );
+    for r in reports {
+        assert!(
+            r.acked.len() >= 50,
+            "{label}: writer {} got only {} lines acknowledged in the race (at least 50 wanted)",
+            r.name,
+            r.acked.len()
+        );
+    }
+    // The reference loads the session (on a local copy of the root).
+    let copy = tempdir("sessionfs-net-oracle-");
+    copy_tree(backing_root, &copy.path().join("root"));
+    let (report, out) = run_oracle(&copy.path().join("root"));
+    let s = oracle_session(&report, id);
+    let load = &s["load"];
+    assert!(
+        load["ok"] == true && load["eventCount"] == stored.len() && load["contiguous"] == true,
+        "{label}: the reference's load does not accept the session as stored: {load}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        s["loadMutated"].as_array().map(Vec::len),
+        Some(0),
+        "{label}: the reference's load had to repair the file"
+    );
+    assert_eq!(
+        s["readRaw"]["sha256"].as_str(),
+        Some(sha256_hex(text.as_bytes()).as_str()),
+        "{label}: the reference's readRaw differs from zstd -dc"
+    );
+}
+
+fn four_writers_over_sshfs(sshfs_options: &[&str], label: &str) {
+    const RUN: Duration = Duration::from_secs(15);
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    fs::create_dir(&backing).unwrap();
+    let sshd = Sshd::start();
+    let c1 = sshd.sshfs(&backing, sshfs_options);
+    let c2 = sshd.sshfs(&backing, sshfs_options);
+    let ma = mount_a(c1.path(), &[]);
+    let mb = mount_b(c2.path(), &[]);
+    let id = "shared-race";
+    let rel = session_rel(id, Some(APP_CWD));
+    let header = header_line(id, Some(APP_CWD), 1_767_600_000_000);
+    mkdir_session(ma.path(), &rel);
+    append_batch(&ma.join(&rel).join(VIEW), header.as_bytes()).unwrap();
+    // Machine B sees the new session (within its client's freshness bound).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs::metadata(mb.join(&rel).join(VIEW)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{label}: machine B does not see the new session after 30 s"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let views = [ma.join(&rel).join(VIEW), mb.join(&rel).join(VIEW)];
+    let context = || format!("mount A log:\n{}\nmount B log:\n{}", ma.log(), mb.log());
+    let reports = race_writers([&views[0], &views[1]], RUN, &context);
+    let log_a = ma.stop();
+    let log_b = mb.stop();
+    drop(c2);
+    drop(c1);
+    drop(sshd);
+    for (m, log) in [("A", &log_a), ("B", &log_b)] {
+        let warnings: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .take(20)
+            .collect();
+        eprintln!(
+            "{label}: mount {m}: {} log lines, warnings/errors: {warnings:#?}",
+            log.lines().count()
+        );
+    }
+    check_race_result(&backing, &rel, id, &header, &reports, label);
+}
+
+/// Must show 1: four writers on two machines (two sshfs clients, the
+/// options the README recommends), 15 s on one transcript.
+#[test]
+fn four_writers_on_two_sshfs_machines_recommended_options() {
+    let _serial = serial();
+    oracle_dir();
+    four_writers_over_sshfs(SSHFS_RECOMMENDED, "sshfs recommended options");
+}
+
+/// Must show 1: the same round with sshfs's default cache options.
+#[test]
+fn four_writers_on_two_sshfs_machines_default_cache() {
+    let _serial = serial();
+    oracle_dir();
+    four_writers_over_sshfs(&[], "sshfs default cache");
+}
+
+// ---------------------------------------------------------------------------
+// 2. Same-id creation races between machines
+// ---------------------------------------------------------------------------
+
+type RaceResult = (String, Result<(), Option<i32>>, Result<(), Option<i32>>);
+
+/// `rounds` races: each round both machines create session `race-NNN`
+/// through their own mount, write a header and one line, and fsync at the
+/// same moment. Exactly one wins (fsync and close return 0), the other
+/// gets EEXIST, and the backing transcript is the winner's, alone in its
+/// directory. `backing` is the root as the server sees it.
+fn creation_races(a: &Mount, b: &Mount, backing: &Path, rounds: usize, label: &str) -> [usize; 2] {
+    let cwd = "/srv/race";
+    let project = project_dir_name(Some(cwd)).unwrap();
+    for m in [a, b] {
+        match fs::create_dir(m.join(&project)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("{label}: mkdir {project}: {e}"),
+        }
+    }
+    let barrier = Arc::new(TimedBarrier::new(2));
+    let step = Duration::from_secs(60);
+    let mut handles = Vec::new();
+    for (tag, mnt_path) in [("a", a.path().to_path_buf()), ("b", b.path().to_path_buf())] {
+        let barrier = Arc::clone(&barrier);
+        let project = project.clone();
+        handles.push(thread::spawn(move || {
+            let mut results: Vec<RaceResult> = Vec::new();
+            for round in 0..rounds {
+                let id = format!("race-{round:03}");
+                let dir = mnt_path.join(&project).join(&id);
+                fs::create_dir(&dir).unwrap_or_else(|e| panic!("{tag}: mkdir {id}: {e}"));
+                let data = header_line(&id, Some(cwd), 1_767_900_000_000 + round as u64)
+                    + &note(0, tag, round as u64);
+                let mut f = open_append(&dir.join(VIEW))
+                    .unwrap_or_else(|e| panic!("{tag}: create {id}: {e}"));
+                f.write_all(data.as_bytes())
+                    .unwrap_or_else(|e| panic!("{tag}: write {id}: {e}"));
+                barrier.wait(step);
+                let fsync = f.sync_all().map_err(|e| e.raw_os_error());
+                let close = close_checked(f).map_err(|e| e.raw_os_error());
+                results.push((data, fsync, close));
+                barrier.wait(step);
+            }
+            results
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let ctx = || format!("mount A log:\n{}\nmount B log:\n{}", a.log(), b.log());
+    let mut all: Vec<Vec<RaceResult>> = handles
+        .into_iter()
+        .map(|h| join_by(h, deadline, "a racing thread", ctx))
+        .collect();
+    let b_results = all.pop().unwrap();
+    let a_results = all.pop().unwrap();
+    let mut wins = [0, 0];
+    for (round, (ra, rb)) in a_results.iter().zip(&b_results).enumerate() {
+        let id = format!("race-{round:03}");
+        let outcome = |r: &RaceResult| match r {
+            (_, Ok(()), Ok(())) => Ok(()),
+            (_, Err(e), _) | (_, Ok(()), Err(e)) => Err(*e),
+        };
+        let dir = backing.join(&project).join(&id);
+        let winner = match (outcome(ra), outcome(rb)) {
+            (Ok(()), Err(Some(libc::EEXIST))) => {
+                wins[0] += 1;
+                &ra.0
+            }
+            (Err(Some(libc::EEXIST)), Ok(())) => {
+                wins[1] += 1;
+                &rb.0
+            }
+            other => panic!(
+                "{label}: {id}: expected one winner and one EEXIST, got a: fsync {:?} close {:?}, \
+                 b: fsync {:?} close {:?} ({other:?}); on disk: {:?}; {}",
+                ra.1,
+                ra.2,
+                rb.1,
+                rb.2,
+                fs::read(dir.join(ZSTD_NAME))
+                    .map(|_| String::from_utf8_lossy(&zstd_dc(&dir.join(ZSTD_NAME))).into_owned()),
+                ctx()
+            ),
+        };
+        assert_eq!(
+            zstd_dc(&dir.join(ZSTD_NAME)),
+            winner.as_bytes(),
+            "{label}: {id}: the transcript is not the winner's (overwritten?)"
+        );
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != ".sessionfs.lock")
+            .collect();
+        assert_eq!(
+            names,
+            [ZSTD_NAME],
+            "{label}: {id}: leftovers in the session directory"
+        );
+    }
+    eprintln!(
+        "{label}: {rounds} creation races: machine A won {}, machine B won {}",
+        wins[0], wins[1]
+    );
+    wins
+}
+
+/// Must show 1: 50 same-id creation races across two sshfs machines.
+#[test]
+fn creation_races_across_two_sshfs_machines_have_one_winner() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    fs::create_dir(&backing).unwrap();
+    let sshd = Sshd::start();
+    let c1 = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    let c2 = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    // A long batch window: only fsync commits, so both handles hold an
+    // unpublished session when the race starts.
+    let ma = mount_a(c1.path(), &["--batch-ms", "60000"]);
+    let mb = mount_b(c2.path(), &["--batch-ms", "60000"]);
+    creation_races(&ma, &mb, &backing, 50, "sshfs");
+    ma.stop();
+    mb.stop();
+}
+
+// ---------------------------------------------------------------------------
+// 4. tail -f across machines
+// ---------------------------------------------------------------------------
+
+/// Must show 4: `tail -f -s 0.25` through machine B's mount follows a line
+/// appended through machine A's within 3 s, with the README's sshfs options.
+#[test]
+fn tail_f_on_one_sshfs_machine_follows_appends_on_the_other_within_3_s() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    copy_tree(&corpus_dir().join("unpacked/root"), &backing);
+    let rel = Path::new("--home-alice-work-app--").join("clock-skew");
+    let last = String::from_utf8(zstd_dc(&backing.join(&rel).join(ZSTD_NAME)))
+        .unwrap()
+        .lines()
+        .last()
+        .map(seq_of)
+        .unwrap();
+    let sshd = Sshd::start();
+    let c1 = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    let c2 = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    let writer = mount_a(c1.path(), &[]);
+    let follower = mount_b(c2.path(), &[]);
+    let child = Command::new("tail")
+        .args(["-f", "-s", "0.25"])
+        .arg(follower.join(&rel).join(VIEW))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn tail");
+    // Declared after the mounts: killed before they are unmounted.
+    let mut tail = ChildGuard(Some(child));
+    let mut stdout = tail.0.as_mut().unwrap().stdout.take().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let sink = Arc::clone(&seen);
+    let reader = thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let wait_for = |needle: &[u8], timeout: Duration| -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if seen
+                .lock()
+                .unwrap()
+                .windows(needle.len())
+                .any(|w| w == needle)
+            {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert!(
+        wait_for(
+            format!("\"seq\":{last},").as_bytes(),
+            Duration::from_secs(10)
+        ),
+        "tail printed nothing of the transcript"
+    );
+    let mut took = Vec::new();
+    for i in 1..=3u64 {
+        let line = note(last + i, "tail-test", i);
+        append_batch(&writer.join(&rel).join(VIEW), line.as_bytes()).unwrap();
+        let appended = Instant::now();
+        let ok = wait_for(line.as_bytes(), Duration::from_secs(3));
+        assert!(
+            ok,
+            "tail -f on machine B did not show line {i} appended on machine A within 3 s; it printed:\n{}",
+            String::from_utf8_lossy(&seen.lock().unwrap())
+        );
+        took.push(appended.elapsed());
+    }
+    eprintln!("tail -f across sshfs machines saw the appends after {took:?}");
+    drop(tail);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !reader.is_finished() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    writer.stop();
+    follower.stop();
+}
+
+// ---------------------------------------------------------------------------
+// 2'. A second client kind: probe, then race or read-only
+// ---------------------------------------------------------------------------
+
+/// What two clients of one kind give when racing on the same server.
+#[derive(Debug)]
+struct Probe {
+    /// Rounds of `O_CREAT|O_EXCL` of one new name from both clients at once
+    /// that had exactly one winner whose bytes the server then held.
+    exclusive_rounds_ok: usize,
+    rounds: usize,
+    /// What went wrong in the other rounds (first few); printed.
+    #[allow(dead_code)]
+    exclusive_failures: Vec<String>,
+    /// `link(2)` of a new name: Ok, or the errno.
+    link: Result<(), i32>,
+    /// `link(2)` onto an existing name fails with EEXIST and leaves it.
+    link_refuses_existing: bool,
+    /// `renameat2(RENAME_NOREPLACE)` onto an existing name: Ok (it did
+    /// replace: wrong), or the errno.
+    rename_noreplace_existing: Result<(), i32>,
+}
+
+impl Probe {
+    fn exclusive_create(&self) -> bool {
+        self.exclusive_rounds_ok == self.rounds
+    }
+
+    /// What MOUNT.md's publication needs: a hard link, else a no-replace
+    /// rename, that refuses an existing name.
+    fn publication(&self) -> bool {
+        (self.link.is_ok() && self.link_refuses_existing)
+            || self.rename_noreplace_existing == Err(libc::EEXIST)
+    }
+}
+
+fn errno_of<T>(r: io::Result<T>) -> Result<(), i32> {
+    r.map(|_| ()).map_err(|e| e.raw_os_error().unwrap_or(-1))
+}
+
+fn renameat2_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let f = std::ffi::CString::new(from.as_os_str().as_bytes()).unwrap();
+    let t = std::ffi::CString::new(to.as_os_str().as_bytes()).unwrap();
+    // SAFETY: renameat2 with valid NUL-terminated paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Probes two clients (`d1`, `d2`: the same server directory through each;
+/// `server`: that directory on the server) for what the commit protocol
+/// needs.
+fn probe_clients(d1: &Path, d2: &Path, server: &Path, rounds: usize) -> Probe {
+    let barrier = Arc::new(TimedBarrier::new(2));
+    let mut handles = Vec::new();
+    for (tag, dir) in [("1", d1.to_path_buf()), ("2", d2.to_path_buf())] {
+        let barrier = Arc::clone(&barrier);
+        handles.push(thread::spawn(move || {
+            let mut out = Vec::new();
+            for round in 0..rounds {
+                let path = dir.join(format!("excl-{round:03}"));
+                barrier.wait(Duration::from_secs(60));
+                let r = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .and_then(|mut f| {
+                        f.write_all(format!("client {tag} round {round}\n").as_bytes())?;
+                        f.sync_all()?;
+                        close_checked(f)
+                    });
+                out.push(errno_of(r));
+                barrier.wait(Duration::from_secs(60));
+            }
+            out
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut res: Vec<Vec<Result<(), i32>>> = handles
+        .into_iter()
+        .map(|h| join_by(h, deadline, "an exclusive-create prober", String::new))
+        .collect();
+    let r2 = res.pop().unwrap();
+    let r1 = res.pop().unwrap();
+    let mut ok = 0;
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        let name = format!("excl-{round:03}");
+        // Give the clients' write-back (if any) time to reach the server.
+        let on_server = || fs::read_to_string(server.join(&name)).unwrap_or_default();
+        let winner = match (r1[round], r2[round]) {
+            (Ok(()), Err(libc::EEXIST)) => Some("1"),
+            (Err(libc::EEXIST), Ok(())) => Some("2"),
+            _ => None,
+        };
+        match winner {
+            Some(w) => {
+                let want = format!("client {w} round {round}\n");
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while on_server() != want && Instant::now() < deadline {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                if on_server() == want {
+                    ok += 1;
+                } else if failures.len() < 5 {
+                    failures.push(format!("{name}: client {w} won but the server holds {:?}", on_server()));
+                }
+            }
+            None if failures.len() < 5 => failures.push(format!(
+                "{name}: client 1 {:?}, client 2 {:?} (want one Ok and one EEXIST); the server holds {:?}",
+                r1[round],
+                r2[round],
+                on_server()
+            )),
+            None => {}
+        }
+    }
+    // Hard link and no-replace rename through client 1.
+    fs::write(d1.join("link-src"), b"source\n").unwrap();
+    fs::write(d1.join("link-existing"), b"existing\n").unwrap();
+    let link = errno_of(fs::hard_link(d1.join("link-src"), d1.join("link-new")));
+    let link_existing = errno_of(fs::hard_link(d1.join("link-src"), d1.join("link-existing")));
+    let link_refuses_existing = link_existing == Err(libc::EEXIST)
+        && fs::read(server.join("link-existing")).ok().as_deref() == Some(&b"existing\n"[..]);
+    fs::write(d1.join("rename-src"), b"source\n").unwrap();
+    let rename_noreplace_existing = errno_of(renameat2_noreplace(
+        &d1.join("rename-src"),
+        &d1.join("link-existing"),
+    ));
+    Probe {
+        exclusive_rounds_ok: ok,
+        rounds,
+        exclusive_failures: failures,
+        link,
+        link_refuses_existing,
+        rename_noreplace_existing,
+    }
+}
+
+/// With the probe's verdict: a client kind that gives exclusive create and
+/// a publication primitive passes the creation race through sessionfs; one
+/// that does not is refused read-only by sessionfs (EROFS on a write, the
+/// reason in the log).
+fn second_kind_race_or_read_only(
+    label: &str,
+    probe: &Probe,
+    root1: &Path,
+    root2: &Path,
+    backing: &Path,
+) {
+    eprintln!("{label}: probe: {probe:#?}");
+    let capable = probe.exclusive_create() && probe.publication();
+    let ma = mount_a(root1, &["--batch-ms", "60000"]);
+    let mb = mount_b(root2, &["--batch-ms", "60000"]);
+    if capable {
+        eprintln!(
+            "{label}: the client gives exclusive create and publication: racing through sessionfs"
+        );
+        creation_races(&ma, &mb, backing, 50, label);
+    } else {
+        eprintln!("{label}: the client cannot give what the commit protocol needs: sessionfs must refuse writes");
+        let rel = session_rel("second-kind", Some(APP_CWD));
+        let project = ma.join(rel.parent().unwrap());
+        // mkdir creates nothing on disk (MOUNT.md) and may be refused too.
+        let mkdir = fs::create_dir(&project).and_then(|()| fs::create_dir(ma.join(&rel)));
+        let write = match mkdir {
+            Err(e) => Err(e),
+            Ok(()) => append_batch(
+                &ma.join(&rel).join(VIEW),
+                header_line("second-kind", Some(APP_CWD), 1).as_bytes(),
+            ),
+        };
+        assert_eq!(
+            write.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EROFS)),
+            "{label}: a write through sessionfs over a client without exclusive create must fail \
+             with EROFS (read-only mount), got {write:?}; mount log:\n{}",
+            ma.log()
+        );
+        assert!(
+            !backing.join(&rel).exists(),
+            "{label}: the refused write left a session on the server"
+        );
+        let log = ma.log().to_lowercase();
+        eprintln!(
+            "{label}: the write failed as it must ({write:?}); the mount says: {:#?}",
+            log.lines()
+                .filter(|l| l.contains("read-only") || l.contains("read only"))
+                .take(3)
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            log.contains("read-only") || log.contains("read only"),
+            "{label}: the mount's log does not say it is read-only and why:\n{log}"
+        );
+    }
+    ma.stop();
+    mb.stop();
+}
+
+/// Must show 2: rclone's sftp backend (against the same kind of sshd), in
+/// `--vfs-cache-mode writes` (the mode in which rclone accepts writes at an
+/// offset): probed, then raced through sessionfs or refused read-only.
+#[test]
+fn rclone_sftp_races_with_one_winner_or_is_read_only() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    fs::create_dir(&backing).unwrap();
+    let sshd = Sshd::start();
+    let args = [
+        "--vfs-cache-mode",
+        "writes",
+        "--dir-cache-time",
+        "1s",
+        "--poll-interval",
+        "0",
+    ];
+    let r1 = sshd.rclone(&backing, &args);
+    let r2 = sshd.rclone(&backing, &args);
+    fs::create_dir(backing.join("probe")).unwrap();
+    let probe = probe_clients(
+        &r1.join("probe"),
+        &r2.join("probe"),
+        &backing.join("probe"),
+        50,
+    );
+    fs::remove_dir_all(backing.join("probe")).unwrap();
+    second_kind_race_or_read_only("rclone sftp", &probe, r1.path(), r2.path(), &backing);
+    drop(r2);
+    drop(r1);
+}
+
+/// Must show 2: smbnetfs (libfuse2) over a loopback Samba server: probed,
+/// then raced through sessionfs or refused read-only.
+#[test]
+fn smbnetfs_races_with_one_winner_or_is_read_only() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    fs::create_dir(&backing).unwrap();
+    let samba = Samba::start(&backing);
+    let s1 = samba.smbnetfs(&[]);
+    let s2 = samba.smbnetfs(&[]);
+    let share = |m: &NetMount| samba.share_in(m);
+    // smbnetfs connects on first access: wait for the share to appear.
+    for m in [&s1, &s2] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while fs::read_dir(share(m)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "smbnetfs does not show the share {} after 30 s; smbnetfs log:\n{}\nsmbd log:\n{}",
+                share(m).display(),
+                m.log(),
+                samba.log()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    fs::create_dir(backing.join("probe")).unwrap();
+    let probe = probe_clients(
+        &share(&s1).join("probe"),
+        &share(&s2).join("probe"),
+        &backing.join("probe"),
+        50,
+    );
+    fs::remove_dir_all(backing.join("probe")).unwrap();
+    second_kind_race_or_read_only("smbnetfs", &probe, &share(&s1), &share(&s2), &backing);
+    drop(s2);
+    drop(s1);
 }

@@ -151,7 +151,9 @@ impl Guarded {
                 thread::sleep(Duration::from_millis(50));
             }
             if !flag.load(Ordering::SeqCst) {
-                eprintln!("watchdog: {what} still runs after {limit:?}; killing process group {pgid}");
+                eprintln!(
+                    "watchdog: {what} still runs after {limit:?}; killing process group {pgid}"
+                );
                 kill_group(pgid, libc::SIGKILL);
             }
         });
@@ -167,7 +169,9 @@ impl Guarded {
     }
 
     fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// SIGTERM to the group, up to 5 s for the leader to exit, then SIGKILL.
@@ -214,7 +218,10 @@ fn wait_listening(server: &mut Guarded, port: u16, what: &str, log: impl Fn() ->
             return;
         }
         if let Some(status) = server.exited() {
-            panic!("{what} exited ({status}) before listening on 127.0.0.1:{port}; its log:\n{}", log());
+            panic!(
+                "{what} exited ({status}) before listening on 127.0.0.1:{port}; its log:\n{}",
+                log()
+            );
         }
         assert!(
             Instant::now() < deadline,
@@ -255,7 +262,16 @@ impl Sshd {
         for (key, what) in [("host_key", "host key"), ("client_key", "client key")] {
             run_checked(
                 Command::new(&keygen)
-                    .args(["-q", "-t", "ed25519", "-N", "", "-C", "sessionfs-test", "-f"])
+                    .args([
+                        "-q",
+                        "-t",
+                        "ed25519",
+                        "-N",
+                        "",
+                        "-C",
+                        "sessionfs-test",
+                        "-f",
+                    ])
                     .arg(d.join(key)),
                 &format!("ssh-keygen of the throwaway {what}"),
             );
@@ -295,25 +311,25 @@ impl Sshd {
                 .arg("-f")
                 .arg(&conf)
                 .stdout(Stdio::from(File::create(&log).unwrap()))
-                .stderr(Stdio::from(File::options().append(true).open(&log).unwrap()));
+                .stderr(Stdio::from(
+                    File::options().append(true).open(&log).unwrap(),
+                ));
             let mut proc = Guarded::spawn(cmd, "sshd", NET_WATCHDOG);
             let log_of = || read_lossy(&log);
             // A bind failure shows as an early exit: retry with another port.
             let deadline = Instant::now() + START_TIMEOUT;
             loop {
                 if TcpStream::connect(SocketAddrV4::new(LOOPBACK, port)).is_ok() {
-                    return Sshd {
-                        proc,
-                        port,
-                        dir,
-                    };
+                    return Sshd { proc, port, dir };
                 }
                 if let Some(status) = proc.exited() {
                     let text = log_of();
                     if attempt < 4 && text.contains("Address already in use") {
                         break;
                     }
-                    panic!("sshd exited ({status}) before listening on 127.0.0.1:{port}; log:\n{text}");
+                    panic!(
+                        "sshd exited ({status}) before listening on 127.0.0.1:{port}; log:\n{text}"
+                    );
                 }
                 assert!(
                     Instant::now() < deadline,
@@ -468,7 +484,9 @@ impl Samba {
                 .arg("--debuglevel=1")
                 .arg(format!("--configfile={}", conf_path.display()))
                 .stdout(Stdio::from(File::create(&log).unwrap()))
-                .stderr(Stdio::from(File::options().append(true).open(&log).unwrap()));
+                .stderr(Stdio::from(
+                    File::options().append(true).open(&log).unwrap(),
+                ));
             let mut proc = Guarded::spawn(cmd, "smbd", NET_WATCHDOG);
             let deadline = Instant::now() + START_TIMEOUT;
             loop {
@@ -480,7 +498,9 @@ impl Samba {
                     if attempt < 4 && text.contains("in use") {
                         break;
                     }
-                    panic!("smbd exited ({status}) before listening on 127.0.0.1:{port}; log:\n{text}");
+                    panic!(
+                        "smbd exited ({status}) before listening on 127.0.0.1:{port}; log:\n{text}"
+                    );
                 }
                 assert!(
                     Instant::now() < deadline,
@@ -493,6 +513,11 @@ impl Samba {
         unreachable!("the loop above returns or panics")
     }
 
+    /// The share `sessions` as smbnetfs mounted at `m` shows it.
+    pub fn share_in(&self, m: &NetMount) -> PathBuf {
+        m.join(format!("127.0.0.1:{}", self.port)).join("sessions")
+    }
+
     pub fn log(&self) -> String {
         read_lossy(&self.dir.path().join("smbd.out"))
             + &read_lossy(&self.dir.path().join("log/smbd.log"))
@@ -500,7 +525,8 @@ impl Samba {
 
     /// Mounts the whole SMB network view with smbnetfs (libfuse2), its
     /// configuration and the client's `smb.conf` (the port) in a private
-    /// `$HOME`; the share is at `mount.path()/127.0.0.1/sessions`.
+    /// `$HOME`; the share is at `Samba::share_in(&mount)` (libsmbclient takes
+    /// the port from the path, `127.0.0.1:PORT`, not from `smb ports`).
     pub fn smbnetfs(&self, options: &[&str]) -> NetMount {
         let smbnetfs = require_tool("smbnetfs", "smbnetfs");
         let mnt = NetMountPoint::new("sessionfs-smbnetfs-");
@@ -509,14 +535,10 @@ impl Samba {
         fs::create_dir_all(&smb).unwrap();
         fs::write(
             smb.join("smb.conf"),
-            format!(
-                "[global]\n\
+            "[global]\n\
                  client min protocol = SMB2_02\n\
-                 smb ports = {}\n\
                  disable netbios = yes\n\
                  name resolve order = host\n",
-                self.port
-            ),
         )
         .unwrap();
         fs::write(
@@ -524,10 +546,13 @@ impl Samba {
             "show_$_shares \"false\"\n\
              smbnetfs_debug 0\n\
              smb_debug_level 0\n\
-             auth \"127.0.0.1\" \"guest\" \"\"\n\
-             host 127.0.0.1 visible=true\n",
+             auth \"127.0.0.1\" \"guest\" \"\"\n",
         )
         .unwrap();
+        // smbnetfs ignores an `auth` line in a file others may read.
+        for f in ["smb.conf", "smbnetfs.conf"] {
+            fs::set_permissions(smb.join(f), fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let mut cmd = Command::new(smbnetfs);
         cmd.arg(&mnt.path).arg("-f").env("HOME", home.path());
         for o in options {
@@ -589,7 +614,9 @@ impl NetMount {
         let log_dir = tempdir("sessionfs-netlog-");
         let log = log_dir.path().join("client.log");
         cmd.stdout(Stdio::from(File::create(&log).unwrap()))
-            .stderr(Stdio::from(File::options().append(true).open(&log).unwrap()));
+            .stderr(Stdio::from(
+                File::options().append(true).open(&log).unwrap(),
+            ));
         let proc = Guarded::spawn(cmd, &what, NET_WATCHDOG + Duration::from_secs(10));
         let done = Arc::new(AtomicBool::new(false));
         let mut m = NetMount {
@@ -613,7 +640,11 @@ impl NetMount {
                 break;
             }
             if let Some(status) = m.proc.exited() {
-                panic!("{} exited ({status}) before mounting; its log:\n{}", m.what, m.log());
+                panic!(
+                    "{} exited ({status}) before mounting; its log:\n{}",
+                    m.what,
+                    m.log()
+                );
             }
             assert!(
                 Instant::now() < deadline,
@@ -674,9 +705,9 @@ impl Drop for NetMount {
         if is_mounted(&self.mnt.path) {
             // A clean unmount first; if the client does not answer, abort
             // the connection and detach, so nothing blocks.
-            let c = std::ffi::CString::new(
-                std::os::unix::ffi::OsStrExt::as_bytes(self.mnt.path.as_os_str()),
-            )
+            let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(
+                self.mnt.path.as_os_str(),
+            ))
             .unwrap();
             // SAFETY: umount2 with a valid NUL-terminated path.
             let rc = unsafe { libc::umount2(c.as_ptr(), 0) };
