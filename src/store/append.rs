@@ -1,25 +1,54 @@
-//! Appending one batch of complete lines to a committed transcript.
+//! Appending one batch of complete lines to a committed transcript: the
+//! commit protocol, the same on every root.
 //!
 //! Source: FORMAT.md ("Writing": Append, Continuity) and MOUNT.md
-//! ("Appending"). Every append runs under an open-file-description lock
-//! (`F_OFD_SETLKW`) on the transcript, so appends from other handles,
-//! processes and mounts of the same root are serialized; under the lock
-//! the real tail is read again (frames another writer appended included),
-//! the batch is checked against it, written as one frame (or raw lines) at
-//! the end, and fsynced. A failed write or fsync is undone by truncating
-//! back to the previous length; committed bytes are never rewritten, and a
-//! torn tail is never truncated here (that is `sessionfs check --repair`).
+//! ("Appending", "Shared roots"). Steps of one commit
+//! ([`append_with_options`]):
+//!
+//! 1. open the transcript read-write (never `O_APPEND`, never truncating);
+//! 2. take the session's lock file ([`super::lease`]: exclusive create,
+//!    lease renewed by a thread; a dead holder's lock is taken over once
+//!    its lease ended);
+//! 3. check that the path still names the open file (device, inode) and
+//!    reopen it when it does not;
+//! 4. take an open-file-description lock on it as well where the file
+//!    system gives one (it serializes with older sessionfs versions on one
+//!    kernel);
+//! 5. learn the real length from the server through a fresh descriptor
+//!    (`statx(AT_STATX_FORCE_SYNC)` on remote kinds), confirm the tail is
+//!    complete and continue `seq` from the real last line; a torn frame
+//!    beyond the length recorded by a dead holder whose lock was taken over
+//!    is cut, its bytes kept in quarantine; any other torn tail is given
+//!    [`TORN_TAIL_WAIT`] to complete, then refused;
+//! 6. record that length in the lock body, build and check the batch;
+//! 7. `pwrite` the frame at that offset and fsync (a failure is undone by
+//!    truncating back, while the lease allows);
+//! 8. read the frame back through a fresh descriptor (`O_DIRECT` where the
+//!    client accepts it) and compare it byte for byte, and check the file
+//!    ends where the frame ends;
+//! 9. check the lease once more, then acknowledge (return) and remove the
+//!    lock.
+//!
+//! A holder whose lease expired never writes, truncates or acknowledges:
+//! the lease is checked before each of those steps. Anything unexpected
+//! fails the commit with [`StoreError::CommitFailed`] (EIO) and a log line
+//! saying what was found. Nothing is written when the batch is empty.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use super::cutkeep;
 use super::error::{Result, StoreError};
 use super::frame::{encode_frame, walk_frame, FrameError, FrameInfo, FrameKind, Step};
+use super::fskind::{self, CommitProtocol};
+use super::lease::{self, HolderId, LeaseConfig, LockGuard};
 use super::lines::SeqCursor;
 use super::tail::{last_line_of_frames, last_raw_line, next_seq_from_last_line, prev_newline};
 use super::transcript::Encoding;
@@ -31,6 +60,10 @@ pub const TORN_TAIL_WAIT: Duration = Duration::from_millis(50);
 /// How many times a torn tail that keeps changing is re-checked before the
 /// append gives up (a tail that did not change fails at the first re-check).
 const TORN_TAIL_CHECKS: usize = 5;
+
+/// How many times the transcript is reopened when its path keeps naming
+/// another file.
+const REOPENS: usize = 3;
 
 /// The committed end of a transcript, read under the append lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +113,41 @@ pub struct AppendOutcome {
     pub hint: TailHint,
 }
 
+/// A hook called with the transcript's path.
+pub type PathHook = Box<dyn Fn(&Path) + Send + Sync>;
+
+/// A hook called with the transcript's path and the frame's offset.
+pub type OffsetHook = Box<dyn Fn(&Path, u64) + Send + Sync>;
+
+/// Test hooks of the commit protocol, called at fixed points with the
+/// transcript's path (and, after the write, the frame's offset).
+#[derive(Default)]
+pub struct CommitHooks {
+    /// After the lock file is held, before the identity check.
+    pub after_lock: Option<PathHook>,
+    /// After the batch is built, before the lease check and the write.
+    pub before_write: Option<PathHook>,
+    /// After the write and fsync, before the read-back.
+    pub after_write: Option<OffsetHook>,
+}
+
+/// How a commit runs; [`Default`] is what every sessionfs writer uses.
+#[derive(Clone, Default)]
+pub struct CommitOptions {
+    /// Lease durations; `None`: [`LeaseConfig::default`] (15 s, or
+    /// `SESSIONFS_LEASE_MS`).
+    pub lease: Option<LeaseConfig>,
+    /// Protocol; `None`: detected from the session directory's file system
+    /// ([`fskind::protocol_for`]).
+    pub protocol: Option<CommitProtocol>,
+    /// Lock holder identity; `None`: [`HolderId::current`].
+    pub holder: Option<HolderId>,
+    /// Quarantine base for cut bytes; `None`: [`cutkeep::default_base`].
+    pub quarantine: Option<PathBuf>,
+    /// Test hooks.
+    pub hooks: Option<Arc<CommitHooks>>,
+}
+
 /// Appends `batch` (complete lines) to the transcript at `path`, after
 /// `expected` has approved the tail read under the lock (it may, say,
 /// refuse a tail that moved since the caller last looked). The batch is
@@ -101,42 +169,65 @@ pub fn append_batch(
 
 /// Appends the batch that `build` makes from the tail read under the lock:
 /// a caller that numbers its lines from `tail.next_seq` can never conflict
-/// with another sessionfs writer. An empty batch writes nothing.
-///
-/// Steps: open `path` for appending (never truncating); take the
-/// `F_OFD_SETLKW` write lock on the whole file; find the real end (walking
-/// from `hint` when it still applies, else from the start) — a torn tail is
-/// re-read after [`TORN_TAIL_WAIT`]; compute the next `seq`; call `build`;
-/// check the batch; write it as one frame (zstd, one write call) or as the
-/// raw lines; fsync. If the write or the fsync fails, the file is truncated
-/// back to its previous length and the error returned.
+/// with another sessionfs writer. An empty batch writes nothing. Runs the
+/// commit protocol of the module docs with [`CommitOptions::default`].
 ///
 /// Errors: [`StoreError::NotFound`] when there is no transcript;
-/// [`StoreError::TornTail`] (EIO) when the last frame stays incomplete;
+/// [`StoreError::LockBusy`] (EAGAIN) when the session's lock stayed held by
+/// a live holder for the whole wait; [`StoreError::TornTail`] (EIO) when
+/// the last frame stays incomplete; [`StoreError::CommitFailed`] (EIO) when
+/// the lease expired, the path kept naming another file, the read-back
+/// differed or the file grew during the commit;
 /// [`StoreError::InvalidLine`] / [`StoreError::SeqConflict`] (EINVAL) for a
 /// batch that is not valid complete lines continuing the tail (nothing is
 /// written); [`StoreError::Corrupt`] / [`StoreError::HeaderLess`] when the
 /// committed transcript cannot be continued; [`StoreError::Io`] for the
-/// lock, the write (ENOSPC, EIO, EFBIG) or the fsync; any error of `build`.
+/// locks, the write (ENOSPC, EIO, EFBIG) or the fsync; any error of
+/// `build`.
 pub fn append_with(
     path: &Path,
     encoding: Encoding,
     hint: Option<&TailHint>,
     build: impl FnOnce(&AppendTail) -> Result<Vec<u8>>,
 ) -> Result<AppendOutcome> {
-    let file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| StoreError::io("open for append", path, e))?;
-    lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLKW)", path, e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| StoreError::io("stat", path, e))?;
-    let (dev, ino) = (meta.dev(), meta.ino());
+    append_with_options(path, encoding, hint, &CommitOptions::default(), build)
+}
+
+/// [`append_with`] with explicit [`CommitOptions`].
+///
+/// Errors: as [`append_with`].
+pub fn append_with_options(
+    path: &Path,
+    encoding: Encoding,
+    hint: Option<&TailHint>,
+    opts: &CommitOptions,
+    build: impl FnOnce(&AppendTail) -> Result<Vec<u8>>,
+) -> Result<AppendOutcome> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let protocol = opts.protocol.unwrap_or_else(|| fskind::protocol_for(dir));
+    let cfg = opts.lease.unwrap_or_default();
+    let holder = opts.holder.clone().unwrap_or_else(HolderId::current);
+    let hooks = opts.hooks.as_deref();
+
+    let mut file = open_rw(path)?;
+    let guard = lease::acquire(dir, path, &cfg, protocol, &holder)?;
+    if let Some(f) = hooks.and_then(|h| h.after_lock.as_ref()) {
+        f(path);
+    }
+    let (dev, ino) = settle_identity(path, &mut file, protocol)?;
+    take_ofd_lock(path, &file)?;
     let hint = hint.filter(|h| h.dev == dev && h.ino == ino);
-    let tail = settled_tail(path, &file, encoding, hint)?;
+    let quarantine = opts.quarantine.clone().or_else(cutkeep::default_base);
+    let tail = settled_tail(
+        path,
+        &file,
+        protocol,
+        encoding,
+        hint,
+        &guard,
+        quarantine.as_deref(),
+    )?;
+    guard.record_len(tail.file_len)?;
 
     let batch = build(&tail)?;
     let mut cursor = SeqCursor::after(tail.next_seq);
@@ -170,14 +261,108 @@ pub fn append_with(
         Encoding::Zstd => encode_frame(&batch).map_err(|e| StoreError::io("compress", path, e))?,
         Encoding::Raw => batch,
     };
-    write_durably(path, &file, &bytes, tail.file_len)?;
+    if let Some(f) = hooks.and_then(|h| h.before_write.as_ref()) {
+        f(path);
+    }
+    guard.check(path, "writing the frame")?;
+    write_durably(path, &file, &bytes, tail.file_len, &guard)?;
+    if let Some(f) = hooks.and_then(|h| h.after_write.as_ref()) {
+        f(path, tail.file_len);
+    }
+    guard.check(path, "reading the frame back")?;
+    read_back(path, protocol, encoding, &bytes, tail.file_len)?;
+    guard.check(path, "acknowledging the frame")?;
     outcome.frame_len = bytes.len() as u64;
     outcome.new_file_len = tail.file_len + outcome.frame_len;
     outcome.hint.offset = outcome.new_file_len;
     outcome.hint.next_seq = outcome.next_seq;
+    drop(file); // releases the OFD lock
+    drop(guard); // removes the lock file
     Ok(outcome)
-    // Dropping `file` closes the only descriptor of this open file
-    // description, which releases the lock.
+}
+
+/// Opens the transcript for reading and positioned writes.
+fn open_rw(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| StoreError::io("open for append", path, e))
+}
+
+/// (device, inode, size) by `statx`, forcing the client to ask its server
+/// on a remote protocol. `path` relative to `fd` (empty: the fd itself).
+fn statx_at(fd: i32, path: &Path, protocol: CommitProtocol) -> io::Result<(u64, u64, u64)> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut flags = libc::AT_STATX_SYNC_AS_STAT;
+    if path.as_os_str().is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    if protocol == CommitProtocol::Remote {
+        flags |= libc::AT_STATX_FORCE_SYNC;
+    }
+    // SAFETY: a zeroed statx is a valid value; `c` is a valid C string and
+    // `fd` an open descriptor (or AT_FDCWD).
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statx(fd, c.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+    Ok((dev, st.stx_ino, st.stx_size))
+}
+
+/// Makes sure the path names the open file, reopening it when it does not
+/// (the transcript was replaced while this writer waited). Returns its
+/// (device, inode).
+///
+/// Errors: [`StoreError::CommitFailed`] when the path keeps changing.
+fn settle_identity(path: &Path, file: &mut File, protocol: CommitProtocol) -> Result<(u64, u64)> {
+    for _ in 0..REOPENS {
+        let meta = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat", path, e))?;
+        let (dev, ino) = (meta.dev(), meta.ino());
+        let (pdev, pino, _) = statx_at(libc::AT_FDCWD, path, protocol)
+            .map_err(|e| StoreError::io("stat", path, e))?;
+        if (pdev, pino) == (dev, ino) {
+            return Ok((dev, ino));
+        }
+        log::info!(
+            "{}: the path now names another file (inode {pino}, was {ino}); reopening it",
+            path.display()
+        );
+        *file = open_rw(path)?;
+    }
+    let found = "the path kept naming another file while it was reopened".to_string();
+    log::error!("{}: {found}", path.display());
+    Err(StoreError::CommitFailed {
+        path: path.to_path_buf(),
+        found,
+    })
+}
+
+/// Takes the OFD lock where the file system gives one; a file system that
+/// refuses locks entirely is passed over (the lock file serializes).
+fn take_ofd_lock(path: &Path, file: &File) -> Result<()> {
+    match lock_whole_file(file) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+            ) =>
+        {
+            log::debug!(
+                "{}: no OFD lock here ({e}); the lock file serializes",
+                path.display()
+            );
+            Ok(())
+        }
+        Err(e) => Err(StoreError::io("lock (F_OFD_SETLK)", path, e)),
+    }
 }
 
 /// Takes the open-file-description write lock on the whole file, waiting
@@ -235,46 +420,119 @@ enum Scan {
     },
 }
 
-/// The tail, giving a torn one time to complete: re-checked after
-/// [`TORN_TAIL_WAIT`]; refused when unchanged (or still changing after
-/// [`TORN_TAIL_CHECKS`] looks).
+/// The tail, read through a fresh descriptor whose length comes from the
+/// server. A torn frame beyond the length a dead holder recorded (this
+/// commit took its lock over) is cut and kept in quarantine; another torn
+/// tail is re-checked after [`TORN_TAIL_WAIT`] and refused when unchanged
+/// (or still changing after [`TORN_TAIL_CHECKS`] looks).
+#[allow(clippy::too_many_arguments)]
 fn settled_tail(
     path: &Path,
     file: &File,
+    protocol: CommitProtocol,
     encoding: Encoding,
     hint: Option<&TailHint>,
+    guard: &LockGuard,
+    quarantine: Option<&Path>,
 ) -> Result<AppendTail> {
     let mut previous: Option<u64> = None;
     let mut torn_at = 0;
+    let mut cut_done = false;
     for _ in 0..TORN_TAIL_CHECKS {
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io("stat", path, e))?
-            .len();
+        let fresh = lease::open_fresh_read(path, CommitProtocol::Local)
+            .map_err(|e| StoreError::io("open for reading", path, e))?;
+        let (_, _, len) = statx_at(fresh.as_raw_fd(), Path::new(""), protocol)
+            .map_err(|e| StoreError::io("stat", path, e))?;
         if previous == Some(len) {
             break;
         }
         let scan = match encoding {
-            Encoding::Zstd => scan_zstd(path, file, len, hint)?,
-            Encoding::Raw => scan_raw(path, file, len, hint)?,
+            Encoding::Zstd => scan_zstd(path, &fresh, len, hint)?,
+            Encoding::Raw => scan_raw(path, &fresh, len, hint)?,
         };
-        match scan {
+        let at = match scan {
             Scan::Complete(tail) => return Ok(tail),
-            Scan::Torn { at } => {
-                log::debug!(
-                    "{}: torn tail at byte {at}; re-reading in {TORN_TAIL_WAIT:?}",
-                    path.display()
-                );
-                torn_at = at;
-                previous = Some(len);
-                thread::sleep(TORN_TAIL_WAIT);
+            Scan::Torn { at } => at,
+        };
+        let recorded = guard.takeover().and_then(|t| t.recorded_len);
+        if let (false, Some(recorded)) = (cut_done, recorded) {
+            if at >= recorded {
+                cut_torn(path, file, &fresh, at, len, guard, quarantine)?;
+                cut_done = true;
+                continue;
             }
         }
+        log::debug!(
+            "{}: torn tail at byte {at}; re-reading in {TORN_TAIL_WAIT:?}",
+            path.display()
+        );
+        torn_at = at;
+        previous = Some(len);
+        thread::sleep(TORN_TAIL_WAIT);
     }
     Err(StoreError::TornTail {
         path: path.to_path_buf(),
         offset: torn_at,
     })
+}
+
+/// Cuts the torn frame `at..len` left by a dead holder: keeps the bytes in
+/// quarantine (fsynced) first, then truncates the transcript to `at` and
+/// fsyncs it; logs both.
+///
+/// Errors: [`StoreError::CommitFailed`] when there is no quarantine folder
+/// or keeping the bytes fails (nothing is cut); [`StoreError::Io`] for
+/// the truncation.
+fn cut_torn(
+    path: &Path,
+    file: &File,
+    fresh: &File,
+    at: u64,
+    len: u64,
+    guard: &LockGuard,
+    quarantine: Option<&Path>,
+) -> Result<()> {
+    let fail = |found: String| {
+        log::error!("{}: {found}", path.display());
+        StoreError::CommitFailed {
+            path: path.to_path_buf(),
+            found,
+        }
+    };
+    let previous = guard
+        .takeover()
+        .map(|t| t.previous.clone())
+        .unwrap_or_default();
+    let Some(base) = quarantine else {
+        return Err(fail(format!(
+            "a torn frame at byte {at} left by {previous}, but no quarantine folder (set \
+             XDG_STATE_HOME or HOME) to keep it in before cutting it"
+        )));
+    };
+    let root = path
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/"));
+    let why = format!("torn frame of {previous}, whose lease ended; lock taken over");
+    let kept = cutkeep::keep(base, root, path, fresh, at, len, &why)
+        .map_err(|e| fail(format!("a torn frame at byte {at}, which could not be kept in quarantine ({e}); nothing was cut")))?;
+    guard.check(path, "cutting a torn frame")?;
+    file.set_len(at)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| StoreError::io("truncate torn frame", path, e))?;
+    log::warn!(
+        "{}: cut the torn frame at bytes {at}..{len} left by {previous}; the bytes are kept \
+         in {}",
+        path.display(),
+        kept.display()
+    );
+    eprintln!(
+        "sessionfs: {}: cut a torn frame left by a crashed writer; kept in {}",
+        path.display(),
+        kept.display()
+    );
+    Ok(())
 }
 
 /// Walks the frames of a zstd transcript of `len` bytes from the hint (or
@@ -347,21 +605,32 @@ fn scan_raw(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Resu
     }))
 }
 
-/// Writes `bytes` at the end of `file` (opened `O_APPEND`) and fsyncs it;
-/// on failure truncates back to `prev_len` (and fsyncs that) before
-/// returning the error.
-fn write_durably(path: &Path, file: &File, bytes: &[u8], prev_len: u64) -> Result<()> {
-    let mut f = file;
-    let written = f
-        .write_all(bytes)
-        .map_err(|e| ("append", e))
+/// Writes `bytes` at `offset` with `pwrite` and fsyncs; on failure
+/// truncates back to `offset` (and fsyncs that) if the lease still allows,
+/// then returns the error.
+fn write_durably(
+    path: &Path,
+    file: &File,
+    bytes: &[u8],
+    offset: u64,
+    guard: &LockGuard,
+) -> Result<()> {
+    let written = file
+        .write_all_at(bytes, offset)
+        .map_err(|e| ("write", e))
         .and_then(|()| file.sync_all().map_err(|e| ("fsync", e)));
     let Err((op, error)) = written else {
         return Ok(());
     };
-    if let Err(rollback) = file.set_len(prev_len).and_then(|()| file.sync_all()) {
+    if !guard.valid() {
         log::error!(
-            "{}: {op} failed ({error}) and truncating back to {prev_len} bytes failed too \
+            "{}: {op} failed ({error}) and the lease has ended, so the file is not \
+             truncated back to {offset} bytes; the next writer checks the tail",
+            path.display()
+        );
+    } else if let Err(rollback) = file.set_len(offset).and_then(|()| file.sync_all()) {
+        log::error!(
+            "{}: {op} failed ({error}) and truncating back to {offset} bytes failed too \
              ({rollback}); run `sessionfs check --repair {}`",
             path.display(),
             path.display()
@@ -370,10 +639,79 @@ fn write_durably(path: &Path, file: &File, bytes: &[u8], prev_len: u64) -> Resul
     Err(StoreError::io(op, path, error))
 }
 
+/// Reads the frame back through a fresh descriptor (`O_DIRECT` on a remote
+/// protocol where accepted) and compares it with what was written; checks
+/// that a zstd frame walks as one frame of that length and that the file
+/// ends where the frame ends.
+///
+/// Errors: [`StoreError::CommitFailed`] (EIO) saying what was found.
+fn read_back(
+    path: &Path,
+    protocol: CommitProtocol,
+    encoding: Encoding,
+    bytes: &[u8],
+    offset: u64,
+) -> Result<()> {
+    let fail = |found: String| {
+        log::error!(
+            "{}: read-back of the frame at byte {offset}: {found}",
+            path.display()
+        );
+        StoreError::CommitFailed {
+            path: path.to_path_buf(),
+            found: format!("the frame written at byte {offset} read back wrong: {found}"),
+        }
+    };
+    let fresh = lease::open_fresh_read(path, protocol)
+        .map_err(|e| StoreError::io("open for read-back", path, e))?;
+    let mut got = vec![0u8; bytes.len()];
+    let read = match fresh.read_exact_at(&mut got, offset) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // O_DIRECT reads refused here: read through the cache instead.
+            let plain = lease::open_fresh_read(path, CommitProtocol::Local)
+                .map_err(|e| StoreError::io("open for read-back", path, e))?;
+            plain.read_exact_at(&mut got, offset)
+        }
+        r => r,
+    };
+    match read {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(fail("the file ends inside it".into()))
+        }
+        Err(e) => return Err(StoreError::io("read back", path, e)),
+    }
+    if got != bytes {
+        let first = got.iter().zip(bytes).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(fail(format!(
+            "{} bytes differ, the first at byte {} of the frame",
+            got.iter().zip(bytes).filter(|(a, b)| a != b).count(),
+            first
+        )));
+    }
+    let end = offset + bytes.len() as u64;
+    let (_, _, len) = statx_at(fresh.as_raw_fd(), Path::new(""), protocol)
+        .map_err(|e| StoreError::io("stat", path, e))?;
+    if len != end {
+        return Err(fail(format!(
+            "the file is {len} bytes long, not {end}: another writer wrote during the commit"
+        )));
+    }
+    if encoding == Encoding::Zstd {
+        match walk_frame(&fresh, offset, end) {
+            Ok(Step::Frame(info)) if info.len == bytes.len() as u64 => {}
+            Ok(other) => return Err(fail(format!("it does not walk as one frame ({other:?})"))),
+            Err(e) => return Err(fail(format!("{}", StoreError::from_frame(path, e)))),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::frame::encode_frame;
+    use std::io::Write;
 
     const HEADER: &[u8] =
         b"{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"delegationDepth\":0}\n";

@@ -9,11 +9,14 @@ pub mod by_id;
 pub mod cache;
 pub mod catalog;
 pub mod check;
+pub mod cutkeep;
 pub mod error;
 pub mod frame;
+pub mod fskind;
 pub mod header;
 pub mod index;
 pub mod index_store;
+pub mod lease;
 pub mod lines;
 pub mod naming;
 pub mod publish;
@@ -109,8 +112,17 @@ pub fn is_flat_artifact_name(name: &OsStr) -> bool {
 }
 
 /// Whether `name` is a publication temporary (`session.jsonl.zstd.<hex>.tmp`
-/// or `session.jsonl.<hex>.tmp`): never shown (MOUNT.md, Details).
+/// or `session.jsonl.<hex>.tmp`) or a lock file of the commit protocol
+/// (`.sessionfs.lock`, its claims and temporaries: `.sessionfs.lock*`):
+/// never shown, never created or removed through the mount (MOUNT.md,
+/// Details and Shared roots).
 pub fn is_publication_temp(name: &OsStr) -> bool {
+    if name
+        .as_encoded_bytes()
+        .starts_with(lease::LOCK_NAME.as_bytes())
+    {
+        return true;
+    }
     let b = name.as_encoded_bytes();
     let Some(rest) = b
         .strip_prefix(b"session.jsonl.zstd.")
