@@ -25,7 +25,7 @@ cleanup() {
   for m in "$work"/mnt* "$work"/append/mnt*; do
     grep -qs " $m " /proc/self/mounts && timeout 10 umount -l "$m" || true
   done
-  [ -z "${BENCH_DIR:-}" ] && rm -rf "$work"
+  if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
