@@ -275,6 +275,14 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
             );
         }
     }
+    // What the root lives on (logged once, nothing written); a kind that
+    // cannot give the commit protocol what it needs mounts read-only.
+    if let (false, Err(reason)) = (read_only, crate::store::fskind::check_root(&config.root)) {
+        log::warn!("{reason}");
+        eprintln!("sessionfs: {reason}");
+        options.push(MountOption::RO);
+        read_only = true;
+    }
     if !read_only {
         if let Err(e) = crate::store::publish::probe_publication_support(&config.root) {
             log::warn!(

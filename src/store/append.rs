@@ -860,3 +860,356 @@ mod tests {
         assert!(matches!(e, StoreError::TornTail { offset, .. } if offset == text.len() as u64));
     }
 }
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::*;
+    use crate::store::frame::encode_frame;
+    use crate::store::lease::{LockBody, LOCK_NAME};
+    use std::fs;
+    use std::io::Write;
+    use std::time::Instant;
+
+    const HEADER: &[u8] =
+        b"{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"delegationDepth\":0}\n";
+
+    fn ev(seq: u64) -> String {
+        format!("{{\"type\":\"x\",\"seq\":{seq}}}\n")
+    }
+
+    fn fast() -> LeaseConfig {
+        LeaseConfig::from_lease(Duration::from_millis(300))
+    }
+
+    fn opts(quarantine: &Path) -> CommitOptions {
+        CommitOptions {
+            lease: Some(fast()),
+            protocol: Some(CommitProtocol::Local),
+            quarantine: Some(quarantine.to_path_buf()),
+            ..CommitOptions::default()
+        }
+    }
+
+    fn with_hooks(o: CommitOptions, hooks: CommitHooks) -> CommitOptions {
+        CommitOptions {
+            hooks: Some(Arc::new(hooks)),
+            ..o
+        }
+    }
+
+    /// root/p/s/session.jsonl.zstd holding the header and seq 0.
+    fn session(root: &Path) -> PathBuf {
+        let dir = root.join("p").join("s");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("session.jsonl.zstd");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&encode_frame(HEADER).unwrap()).unwrap();
+        f.write_all(&encode_frame(ev(0).as_bytes()).unwrap())
+            .unwrap();
+        path
+    }
+
+    fn dead_lock(dir: &Path, len: Option<u64>) {
+        let body = LockBody {
+            holder: HolderId {
+                host: "crashed-host".into(),
+                boot: "b".into(),
+                pid: 1,
+            },
+            token: "00000000deadbeef".into(),
+            len,
+            lease_ms: 300,
+            renewal: 4,
+            wall_ms: 0,
+        };
+        fs::write(dir.join(LOCK_NAME), body.encode()).unwrap();
+    }
+
+    #[test]
+    fn the_lock_file_is_taken_and_removed_and_a_live_holder_is_waited_for() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let dir = path.parent().unwrap().to_path_buf();
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let s2 = Arc::clone(&seen);
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |p: &Path| {
+                let body = fs::read(p.parent().unwrap().join(LOCK_NAME)).unwrap();
+                *s2.lock().unwrap() = LockBody::parse(&body);
+            })),
+            ..CommitHooks::default()
+        };
+        let before = fs::metadata(&path).unwrap().len();
+        append_with_options(
+            &path,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap();
+        let body = seen
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("a lock body during the commit");
+        assert_eq!(
+            body.len,
+            Some(before),
+            "the length before the commit is recorded"
+        );
+        assert!(!dir.join(LOCK_NAME).exists(), "removed after the commit");
+
+        // A live holder (renewing) keeps others out for the whole wait.
+        let holder = lease::acquire(
+            &dir,
+            &path,
+            &fast(),
+            CommitProtocol::Local,
+            &HolderId::current(),
+        )
+        .unwrap();
+        let o = CommitOptions {
+            lease: Some(LeaseConfig {
+                wait: Duration::from_millis(200),
+                ..fast()
+            }),
+            ..opts(q.path())
+        };
+        let len = fs::metadata(&path).unwrap().len();
+        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err();
+        assert_eq!(e.errno(), libc::EAGAIN, "{e}");
+        assert_eq!(fs::metadata(&path).unwrap().len(), len);
+        drop(holder);
+    }
+
+    #[test]
+    fn a_replaced_transcript_is_reopened_by_path() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let old = path.with_file_name("old-inode");
+        fs::hard_link(&path, &old).unwrap();
+        let original = fs::read(&path).unwrap();
+        let hooks = CommitHooks {
+            after_lock: Some(Box::new(|p: &Path| {
+                // Another machine replaced the file while we waited.
+                let copy = p.with_file_name("copy");
+                fs::copy(p, &copy).unwrap();
+                fs::rename(&copy, p).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let out = append_with_options(
+            &path,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap();
+        assert_eq!(
+            fs::read(&old).unwrap(),
+            original,
+            "the old inode is untouched"
+        );
+        let now = fs::read(&path).unwrap();
+        assert_eq!(now.len() as u64, out.new_file_len);
+        assert_eq!(&now[..original.len()], &original[..]);
+        assert_eq!(out.hint.ino, fs::metadata(&path).unwrap().ino());
+    }
+
+    #[test]
+    fn the_frame_goes_at_the_real_length_learned_under_the_lock() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let before = fs::read(&path).unwrap();
+        let other = encode_frame(ev(1).as_bytes()).unwrap();
+        let other2 = other.clone();
+        let hooks = CommitHooks {
+            after_lock: Some(Box::new(move |p: &Path| {
+                // A frame that landed on the server after this writer
+                // opened its descriptor.
+                let mut f = OpenOptions::new().append(true).open(p).unwrap();
+                f.write_all(&other2).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        // A descriptor-era hint that is now stale.
+        let meta = fs::metadata(&path).unwrap();
+        let hint = TailHint {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            offset: before.len() as u64,
+            next_seq: 1,
+        };
+        let out = append_with_options(
+            &path,
+            Encoding::Zstd,
+            Some(&hint),
+            &with_hooks(opts(q.path()), hooks),
+            |t| {
+                assert_eq!(t.next_seq, 2, "seq continues from the real last line");
+                Ok(ev(2).into_bytes())
+            },
+        )
+        .unwrap();
+        assert_eq!(out.frame_offset, (before.len() + other.len()) as u64);
+        let mut expected = before;
+        expected.extend(&other);
+        expected.extend(encode_frame(ev(2).as_bytes()).unwrap());
+        assert_eq!(fs::read(&path).unwrap(), expected);
+    }
+
+    #[test]
+    fn a_frame_that_reads_back_wrong_fails_with_eio() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let hooks = CommitHooks {
+            after_write: Some(Box::new(|p: &Path, at: u64| {
+                let f = OpenOptions::new().write(true).open(p).unwrap();
+                f.write_all_at(b"\xff", at + 5).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let e = append_with_options(
+            &path,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
+        assert!(e.to_string().contains("read back wrong"), "{e}");
+
+        // A file that grew past the frame during the commit fails too.
+        let path2 = session(&root.path().join("two"));
+        let hooks = CommitHooks {
+            after_write: Some(Box::new(|p: &Path, _| {
+                let mut f = OpenOptions::new().append(true).open(p).unwrap();
+                f.write_all(b"x").unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let e = append_with_options(
+            &path2,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("another writer wrote"), "{e}");
+    }
+
+    #[test]
+    fn a_holder_whose_lease_expired_never_writes() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let before = fs::read(&path).unwrap();
+        let cfg = LeaseConfig {
+            renew_every: Duration::from_secs(3600), // the renewals never arrive
+            ..fast()
+        };
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |_: &Path| {
+                std::thread::sleep(cfg.lease - cfg.holder_margin + Duration::from_millis(20));
+            })),
+            ..CommitHooks::default()
+        };
+        let o = CommitOptions {
+            lease: Some(cfg),
+            ..with_hooks(opts(q.path()), hooks)
+        };
+        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err();
+        assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
+        assert!(e.to_string().contains("lease"), "{e}");
+        assert_eq!(fs::read(&path).unwrap(), before, "nothing written");
+    }
+
+    #[test]
+    fn a_dead_holders_torn_frame_is_cut_and_kept_after_the_lease() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let committed = fs::read(&path).unwrap();
+        dead_lock(path.parent().unwrap(), Some(committed.len() as u64));
+        let frame = encode_frame(ev(1).as_bytes()).unwrap();
+        let half = &frame[..frame.len() / 2];
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(half)
+            .unwrap();
+        let t0 = Instant::now();
+        let out = append_with_options(&path, Encoding::Zstd, None, &opts(q.path()), |t| {
+            assert_eq!(t.next_seq, 1);
+            Ok(ev(1).into_bytes())
+        })
+        .unwrap();
+        assert!(t0.elapsed() >= fast().takeover_after());
+        assert_eq!(out.frame_offset, committed.len() as u64);
+        let mut expected = committed.clone();
+        expected.extend(&frame);
+        assert_eq!(fs::read(&path).unwrap(), expected);
+        let kept: Vec<_> = walk(q.path());
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(fs::read(&kept[0]).unwrap(), half);
+        assert!(!path.parent().unwrap().join(LOCK_NAME).exists());
+    }
+
+    #[test]
+    fn a_torn_frame_below_the_recorded_length_is_never_cut() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let frame = encode_frame(ev(1).as_bytes()).unwrap();
+        let committed = fs::metadata(&path).unwrap().len();
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&frame[..frame.len() / 2])
+            .unwrap();
+        let torn = fs::read(&path).unwrap();
+        // The dead holder recorded a length past the torn frame's start:
+        // the torn bytes are not proven to be its own.
+        dead_lock(path.parent().unwrap(), Some(committed + 1));
+        let e = append_with_options(&path, Encoding::Zstd, None, &opts(q.path()), |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err();
+        assert!(matches!(e, StoreError::TornTail { .. }), "{e}");
+        assert_eq!(fs::read(&path).unwrap(), torn);
+        assert!(walk(q.path()).is_empty());
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.file_name().unwrap() != "note.txt" {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+}

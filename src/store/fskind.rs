@@ -1,7 +1,8 @@
 //! What file system a root lives on, what that kind gives the commit
 //! protocol, and which protocol follows from it.
 //!
-//! Source: MOUNT.md ("Shared roots", "Creating a session"). Detection reads
+//! Source: MOUNT.md ("Shared roots", "Creating a session"). Test
+//! override: `SESSIONFS_FS_KIND=<name of a row>` forces the kind. Detection reads
 //! only: `statfs(2)` of the root for the file system magic and, for FUSE
 //! and the other kinds that share a magic, the type field of the line of
 //! `/proc/self/mountinfo` whose mount point is the longest prefix of the
@@ -262,7 +263,15 @@ pub fn detect(root: &Path) -> FsInfo {
     let magic = statfs_magic(root).unwrap_or(0);
     let mount = mountinfo_entry(root);
     let fstype = mount.as_ref().map(|(_, t)| t.clone());
-    let kind = classify(magic, fstype.as_deref());
+    let mut kind = classify(magic, fstype.as_deref());
+    if let Some(forced) = forced_kind() {
+        log::warn!(
+            "{}: file system kind forced to {} by SESSIONFS_FS_KIND (tests only)",
+            root.display(),
+            forced.support().name
+        );
+        kind = forced;
+    }
     FsInfo {
         root: root.to_path_buf(),
         kind,
@@ -270,6 +279,13 @@ pub fn detect(root: &Path) -> FsInfo {
         fstype,
         mount_point: mount.map(|(m, _)| m),
     }
+}
+
+/// The kind named by `SESSIONFS_FS_KIND` (a name of [`SUPPORT`], e.g.
+/// `fuse.rclone`), for tests of the read-only refusal.
+fn forced_kind() -> Option<FsKind> {
+    let name = std::env::var("SESSIONFS_FS_KIND").ok()?;
+    SUPPORT.iter().find(|s| s.name == name).map(|s| s.kind)
 }
 
 /// The kind from the magic and the mountinfo type.
@@ -359,6 +375,18 @@ fn unescape_octal(s: &str) -> std::ffi::OsString {
         }
     }
     std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&out))
+}
+
+/// The mount's start-up check: identifies what `root` lives on, logs it
+/// once (writing nothing), and says whether writes may be allowed.
+///
+/// Errors: `Err(reason)` when the kind cannot give exclusive create or
+/// read-back ([`FsInfo::writability`]): the caller mounts read-only and
+/// shows the reason.
+pub fn check_root(root: &Path) -> Result<(), String> {
+    let info = detect(root);
+    info.log_once();
+    info.writability()
 }
 
 /// The commit protocol for the file system holding `path`, detected once

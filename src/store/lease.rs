@@ -88,6 +88,10 @@ use super::fskind::CommitProtocol;
 /// Name of the lock file in a session directory.
 pub const LOCK_NAME: &str = ".sessionfs.lock";
 
+/// Name of the marker a waiting writer leaves for the holder (fairness
+/// only, see [`acquire`]).
+pub const WAIT_NAME: &str = ".sessionfs.lock.wait";
+
 /// Version of the lock body format.
 pub const LOCK_FORMAT: u64 = 1;
 
@@ -454,7 +458,11 @@ fn stale_after(snap: &Snapshot, cfg: &LeaseConfig) -> Duration {
 /// it exists already (also when the client reports that as another error
 /// but the name exists afterwards: sshfs turns the server's refusal into
 /// EPERM). Returns the file and the instant before the create.
-fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, Instant)>> {
+fn create_exclusive(
+    path: &Path,
+    body: &[u8],
+    protocol: CommitProtocol,
+) -> io::Result<Option<(File, Instant)>> {
     let start = Instant::now();
     let file = match OpenOptions::new()
         .read(true)
@@ -477,7 +485,13 @@ fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, Instan
             return Err(e);
         }
     };
-    if let Err(e) = file.write_all_at(body, 0).and_then(|()| file.sync_all()) {
+    let written = file.write_all_at(body, 0).and_then(|()| match protocol {
+        // A network client may hold writes back until fsync (NFS) or
+        // close; on local storage the page cache is what others read.
+        CommitProtocol::Remote => file.sync_data(),
+        CommitProtocol::Local => Ok(()),
+    });
+    if let Err(e) = written {
         let _ = fs::remove_file(path);
         return Err(e);
     }
@@ -493,6 +507,7 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     cfg: LeaseConfig,
+    protocol: CommitProtocol,
 }
 
 impl Shared {
@@ -521,7 +536,9 @@ impl Shared {
             body.encode()
         };
         self.file.write_all_at(&bytes, 0)?;
-        self.file.sync_data()?;
+        if self.protocol == CommitProtocol::Remote {
+            self.file.sync_data()?;
+        }
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = start;
         Ok(())
     }
@@ -554,6 +571,7 @@ impl LockGuard {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             cfg: *cfg,
+            protocol,
         });
         let s = Arc::clone(&shared);
         let lock_path = path.clone();
@@ -632,6 +650,9 @@ impl LockGuard {
 fn renew_loop(s: &Shared, path: &Path) {
     let mut stop = s.stop.lock().unwrap_or_else(|p| p.into_inner());
     loop {
+        if *stop {
+            return;
+        }
         let (guard, _) = s
             .wake
             .wait_timeout(stop, s.cfg.renew_every)
@@ -684,12 +705,73 @@ impl Drop for LockGuard {
                 if let Err(e) = fs::remove_file(&self.path) {
                     log::warn!("{}: could not remove the lock: {e}", self.path.display());
                 }
+                if let Some(dir) = self.path.parent() {
+                    note_waiters(dir, self.protocol);
+                }
             }
             Ok(_) => log::warn!(
                 "{}: the lock is no longer this holder's; not removing it",
                 self.path.display()
             ),
             Err(e) => log::warn!("{}: could not re-read the lock: {e}", self.path.display()),
+        }
+    }
+}
+
+/// Shortest and longest pause between two looks of a waiter.
+fn poll_bounds(protocol: CommitProtocol) -> (Duration, Duration) {
+    match protocol {
+        CommitProtocol::Local => (Duration::from_millis(1), Duration::from_millis(4)),
+        CommitProtocol::Remote => (Duration::from_millis(5), Duration::from_millis(40)),
+    }
+}
+
+/// Directories whose lock this process released while another writer
+/// waited, and until when its next acquisition stands back.
+fn yields() -> &'static Mutex<HashMap<PathBuf, Instant>> {
+    static YIELDS: OnceLock<Mutex<HashMap<PathBuf, Instant>>> = OnceLock::new();
+    YIELDS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Fairness: a waiter leaves `.sessionfs.lock.wait` in the directory; a
+/// holder that finds it at release removes it and lets its own next
+/// acquisition stand back for a few of the waiters' polls, so that a
+/// writer committing in a tight loop does not starve the others. Only a
+/// courtesy: correctness never depends on it.
+fn announce_waiting(dir: &Path) {
+    let _ = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(dir.join(WAIT_NAME));
+}
+
+/// At release: notes whether someone announced waiting.
+fn note_waiters(dir: &Path, protocol: CommitProtocol) {
+    let marker = dir.join(WAIT_NAME);
+    if fs::symlink_metadata(&marker).is_ok() {
+        let _ = fs::remove_file(&marker);
+        let stand_back = poll_bounds(protocol).1 * 3;
+        let mut y = yields().lock().unwrap_or_else(|p| p.into_inner());
+        if y.len() > 4096 {
+            y.clear();
+        }
+        y.insert(dir.to_path_buf(), Instant::now() + stand_back);
+    }
+}
+
+/// Before acquiring: stands back if this process just released the lock
+/// while others waited.
+fn wait_my_turn(dir: &Path) {
+    let until = yields()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(dir);
+    if let Some(until) = until {
+        let now = Instant::now();
+        if until > now {
+            thread::sleep(until - now);
         }
     }
 }
@@ -712,15 +794,14 @@ pub fn acquire(
     let path = dir.join(LOCK_NAME);
     let io_err = |op, e| StoreError::io(op, &path, e);
     let started = Instant::now();
-    let (floor, cap) = match protocol {
-        CommitProtocol::Local => (Duration::from_millis(1), Duration::from_millis(20)),
-        CommitProtocol::Remote => (Duration::from_millis(5), Duration::from_millis(100)),
-    };
+    let (floor, cap) = poll_bounds(protocol);
     let mut pause = floor;
+    wait_my_turn(dir);
+    let mut announced = false;
     loop {
         let body = LockBody::new(me, cfg);
-        if let Some((file, created)) =
-            create_exclusive(&path, &body.encode()).map_err(|e| io_err("create lock", e))?
+        if let Some((file, created)) = create_exclusive(&path, &body.encode(), protocol)
+            .map_err(|e| io_err("create lock", e))?
         {
             forget(&path);
             return Ok(LockGuard::start(
@@ -733,6 +814,10 @@ pub fn acquire(
                 continue;
             }
             Some(snap) => {
+                if !announced {
+                    announce_waiting(dir);
+                    announced = true;
+                }
                 let unchanged = observe(&path, &snap);
                 if unchanged >= stale_after(&snap, cfg) {
                     if let Some(guard) = try_break(dir, &path, &snap, cfg, protocol, me)? {
@@ -753,6 +838,10 @@ pub fn acquire(
         let jitter = Duration::from_micros(u64::from(std::process::id() % 7) * 150);
         thread::sleep(pause + jitter);
         pause = (pause * 2).min(cap);
+        if pause == cap {
+            // Announce again now and then: the holder removes the marker.
+            announced = false;
+        }
     }
 }
 
@@ -773,7 +862,7 @@ fn try_break(
     for g in 0..MAX_BREAK_GENERATIONS {
         let claim = claim_name(g);
         let claim_body = LockBody::new(me, cfg).encode();
-        match create_exclusive(&claim, &claim_body)
+        match create_exclusive(&claim, &claim_body, protocol)
             .map_err(|e| io_err("create claim", &claim, e))?
         {
             Some((claim_file, claimed)) => {
@@ -824,8 +913,8 @@ fn finish_break(
     }
     let body = LockBody::new(me, cfg);
     let temp = dir.join(format!("{LOCK_NAME}.{}.tmp", body.token));
-    let Some((file, created)) =
-        create_exclusive(&temp, &body.encode()).map_err(|e| io_err("create lock", &temp, e))?
+    let Some((file, created)) = create_exclusive(&temp, &body.encode(), protocol)
+        .map_err(|e| io_err("create lock", &temp, e))?
     else {
         return Ok(None);
     };
@@ -851,7 +940,7 @@ fn finish_break(
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err("remove stale lock", path, e)),
             }
-            let Some((file, created)) = create_exclusive(path, &body.encode())
+            let Some((file, created)) = create_exclusive(path, &body.encode(), protocol)
                 .map_err(|e| io_err("create lock", path, e))?
             else {
                 return Ok(None);
