@@ -877,8 +877,11 @@ struct Probe {
     link: Result<(), i32>,
     /// `link(2)` onto an existing name fails with EEXIST and leaves it.
     link_refuses_existing: bool,
+    /// `renameat2(RENAME_NOREPLACE)` onto a new name: Ok, or the errno.
+    rename_noreplace_new: Result<(), i32>,
     /// `renameat2(RENAME_NOREPLACE)` onto an existing name: Ok (it did
-    /// replace: wrong), or the errno.
+    /// replace: wrong), or the errno (the kernel answers EEXIST itself when
+    /// it sees the name, so this alone proves nothing of the client).
     rename_noreplace_existing: Result<(), i32>,
 }
 
@@ -891,7 +894,8 @@ impl Probe {
     /// rename, that refuses an existing name.
     fn publication(&self) -> bool {
         (self.link.is_ok() && self.link_refuses_existing)
-            || self.rename_noreplace_existing == Err(libc::EEXIST)
+            || (self.rename_noreplace_new.is_ok()
+                && self.rename_noreplace_existing == Err(libc::EEXIST))
     }
 }
 
@@ -996,6 +1000,11 @@ fn probe_clients(d1: &Path, d2: &Path, server: &Path, rounds: usize) -> Probe {
     let link_refuses_existing = link_existing == Err(libc::EEXIST)
         && fs::read(server.join("link-existing")).ok().as_deref() == Some(&b"existing\n"[..]);
     fs::write(d1.join("rename-src"), b"source\n").unwrap();
+    let rename_noreplace_new = errno_of(renameat2_noreplace(
+        &d1.join("rename-src"),
+        &d1.join("rename-new"),
+    ));
+    fs::write(d1.join("rename-src"), b"source\n").unwrap();
     let rename_noreplace_existing = errno_of(renameat2_noreplace(
         &d1.join("rename-src"),
         &d1.join("link-existing"),
@@ -1006,6 +1015,7 @@ fn probe_clients(d1: &Path, d2: &Path, server: &Path, rounds: usize) -> Probe {
         exclusive_failures: failures,
         link,
         link_refuses_existing,
+        rename_noreplace_new,
         rename_noreplace_existing,
     }
 }
@@ -1072,36 +1082,40 @@ fn second_kind_race_or_read_only(
 }
 
 /// Must show 2: rclone's sftp backend (against the same kind of sshd), in
-/// `--vfs-cache-mode writes` (the mode in which rclone accepts writes at an
-/// offset): probed, then raced through sessionfs or refused read-only.
+/// both VFS cache modes that matter (`off`, and `writes`, the mode in which
+/// rclone accepts writes at an offset): probed, then raced through
+/// sessionfs or refused read-only.
 #[test]
 fn rclone_sftp_races_with_one_winner_or_is_read_only() {
     let _serial = serial();
-    let tmp = tempdir("sessionfs-net-");
-    let backing = tmp.path().join("root");
-    fs::create_dir(&backing).unwrap();
-    let sshd = Sshd::start();
-    let args = [
-        "--vfs-cache-mode",
-        "writes",
-        "--dir-cache-time",
-        "1s",
-        "--poll-interval",
-        "0",
-    ];
-    let r1 = sshd.rclone(&backing, &args);
-    let r2 = sshd.rclone(&backing, &args);
-    fs::create_dir(backing.join("probe")).unwrap();
-    let probe = probe_clients(
-        &r1.join("probe"),
-        &r2.join("probe"),
-        &backing.join("probe"),
-        50,
-    );
-    fs::remove_dir_all(backing.join("probe")).unwrap();
-    second_kind_race_or_read_only("rclone sftp", &probe, r1.path(), r2.path(), &backing);
-    drop(r2);
-    drop(r1);
+    for mode in ["off", "writes"] {
+        let tmp = tempdir("sessionfs-net-");
+        let backing = tmp.path().join("root");
+        fs::create_dir(&backing).unwrap();
+        let sshd = Sshd::start();
+        let args = [
+            "--vfs-cache-mode",
+            mode,
+            "--dir-cache-time",
+            "1s",
+            "--poll-interval",
+            "0",
+        ];
+        let r1 = sshd.rclone(&backing, &args);
+        let r2 = sshd.rclone(&backing, &args);
+        fs::create_dir(backing.join("probe")).unwrap();
+        let probe = probe_clients(
+            &r1.join("probe"),
+            &r2.join("probe"),
+            &backing.join("probe"),
+            50,
+        );
+        fs::remove_dir_all(backing.join("probe")).unwrap();
+        let label = format!("rclone sftp --vfs-cache-mode {mode}");
+        second_kind_race_or_read_only(&label, &probe, r1.path(), r2.path(), &backing);
+        drop(r2);
+        drop(r1);
+    }
 }
 
 /// Must show 2: smbnetfs (libfuse2) over a loopback Samba server: probed,
