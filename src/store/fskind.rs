@@ -116,6 +116,44 @@ pub const SUPPORT: &[Support] = &[
     row(FsKind::Unknown, "unknown", [D, D, D, D, D, D, D, D]),
 ];
 
+impl Gives {
+    fn word(self) -> &'static str {
+        match self {
+            Gives::Yes => "yes",
+            Gives::No => "no",
+            Gives::Depends => "depends",
+        }
+    }
+}
+
+/// [`SUPPORT`] as the Markdown table README.md shows (a test keeps the
+/// two equal).
+pub fn support_table_markdown() -> String {
+    let mut out = String::from(
+        "| kind | locks shared between clients | atomic `O_APPEND` | exclusive create | \
+         hard links | no-replace rename | fsync reaches the server | read-back | \
+         attribute caching |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in SUPPORT {
+        let cells = [
+            s.shared_locks,
+            s.atomic_append,
+            s.exclusive_create,
+            s.hard_links,
+            s.noreplace_rename,
+            s.fsync_reaches_server,
+            s.read_back,
+            s.attribute_caching,
+        ];
+        out.push_str(&format!("| {} |", s.name));
+        for c in cells {
+            out.push_str(&format!(" {} |", c.word()));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 impl FsKind {
     /// This kind's row of [`SUPPORT`].
     pub fn support(self) -> &'static Support {
@@ -468,6 +506,13 @@ mod tests {
         assert!(reason.contains("exclusive create"), "{reason}");
         assert!(reason.contains("read-only"), "{reason}");
         assert_eq!(SUPPORT.len(), 13, "one row per kind");
+    }
+
+    #[test]
+    fn the_readme_holds_a_copy_of_the_table() {
+        let readme = include_str!("../../README.md");
+        let table = support_table_markdown();
+        assert!(readme.contains(&table), "README.md must hold:\n{table}");
     }
 
     #[test]
