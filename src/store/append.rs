@@ -33,6 +33,25 @@
 //! the lease is checked before each of those steps. Anything unexpected
 //! fails the commit with [`StoreError::CommitFailed`] (EIO) and a log line
 //! saying what was found. Nothing is written when the batch is empty.
+//!
+//! # API for the other layers
+//! * [`append_with`] and [`append_batch`] keep their call shapes; they run
+//!   the protocol with [`CommitOptions::default`] (lease from
+//!   [`LeaseConfig::default`], protocol detected from the file system of
+//!   the session directory, holder [`HolderId::current`], quarantine under
+//!   `$XDG_STATE_HOME`).
+//! * [`append_with_options`] takes a [`CommitOptions`] (lease, protocol,
+//!   holder, quarantine folder, test hooks).
+//! * New errors: [`StoreError::LockBusy`] (EAGAIN: the lock stayed held by
+//!   a live holder for [`LeaseConfig::wait`], 45 s by default; nothing
+//!   written) and [`StoreError::CommitFailed`] (EIO: not acknowledged; when
+//!   it comes after the write, the frame may be stored, so re-read the tail
+//!   before retrying).
+//! * Environment overrides for tests: `SESSIONFS_LEASE_MS`,
+//!   `SESSIONFS_HOST_ID`, `SESSIONFS_BOOT_ID`, `SESSIONFS_CLOCK_OFFSET_MS`
+//!   ([`super::lease`]) and `SESSIONFS_FS_KIND` ([`super::fskind`]).
+//! * The mount's start-up calls [`super::fskind::check_root`] (logs the
+//!   kind once; `Err(reason)` means mount read-only).
 
 use std::fs::{File, OpenOptions};
 use std::io;

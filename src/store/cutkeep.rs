@@ -7,7 +7,7 @@
 //! commit protocol; the doctor's quarantine module may replace it.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -126,13 +126,6 @@ pub fn keep(
     Ok(copy)
 }
 
-/// Reads a kept copy back whole (tests).
-pub fn read_kept(path: &Path) -> io::Result<Vec<u8>> {
-    let mut v = Vec::new();
-    File::open(path)?.read_to_end(&mut v)?;
-    Ok(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,7 +140,7 @@ mod tests {
         let f = File::open(&t).unwrap();
         let copy = keep(base.path(), root.path(), &t, &f, 4, 10, "test").unwrap();
         assert!(copy.starts_with(base.path()));
-        assert_eq!(read_kept(&copy).unwrap(), b"456789");
+        assert_eq!(fs::read(&copy).unwrap(), b"456789");
         assert!(copy
             .to_string_lossy()
             .ends_with("p~s~session.jsonl.zstd.cut-4"));

@@ -24,6 +24,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use super::publish::PublishMethod;
+
 /// Whether a kind gives a property: yes, no, or not known for every
 /// server and mode (the protocol then assumes the worse case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +117,44 @@ pub const SUPPORT: &[Support] = &[
     row(FsKind::OtherFuse, "fuse (other)", [D, D, D, D, D, D, D, D]),
     row(FsKind::Unknown, "unknown", [D, D, D, D, D, D, D, D]),
 ];
+
+impl Gives {
+    fn word(self) -> &'static str {
+        match self {
+            Gives::Yes => "yes",
+            Gives::No => "no",
+            Gives::Depends => "depends",
+        }
+    }
+}
+
+/// [`SUPPORT`] as the Markdown table README.md shows (a test keeps the
+/// two equal).
+pub fn support_table_markdown() -> String {
+    let mut out = String::from(
+        "| kind | locks shared between clients | atomic `O_APPEND` | exclusive create | \
+         hard links | no-replace rename | fsync reaches the server | read-back | \
+         attribute caching |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in SUPPORT {
+        let cells = [
+            s.shared_locks,
+            s.atomic_append,
+            s.exclusive_create,
+            s.hard_links,
+            s.noreplace_rename,
+            s.fsync_reaches_server,
+            s.read_back,
+            s.attribute_caching,
+        ];
+        out.push_str(&format!("| {} |", s.name));
+        for c in cells {
+            out.push_str(&format!(" {} |", c.word()));
+        }
+        out.push('\n');
+    }
+    out
+}
 
 impl FsKind {
     /// This kind's row of [`SUPPORT`].
@@ -220,6 +260,22 @@ impl FsInfo {
         ))
     }
 
+    /// How new sessions are expected to be published here (MOUNT.md,
+    /// "Creating a session"): a hard link where the kind gives them, else a
+    /// no-replace rename where it gives that, else `None` (neither
+    /// predicted: the first publication finds out, and fails with
+    /// EOPNOTSUPP if neither works).
+    pub fn predicted_publication(&self) -> Option<PublishMethod> {
+        let s = self.kind.support();
+        if s.hard_links != Gives::No {
+            Some(PublishMethod::HardLink)
+        } else if s.noreplace_rename != Gives::No {
+            Some(PublishMethod::RenameNoReplace)
+        } else {
+            None
+        }
+    }
+
     /// Logs what the root lives on, at most once per root per process.
     pub fn log_once(&self) {
         static LOGGED: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
@@ -231,11 +287,16 @@ impl FsInfo {
         logged.push(self.root.clone());
         let s = self.kind.support();
         log::info!(
-            "{} lives on {}; commit protocol {:?}; exclusive create {:?}, hard links {:?}, \
-             no-replace rename {:?}, shared locks {:?}, attribute caching {:?}",
+            "{} lives on {}; commit protocol {:?}; publication predicted: {}; exclusive \
+             create {:?}, hard links {:?}, no-replace rename {:?}, shared locks {:?}, \
+             attribute caching {:?}",
             self.root.display(),
             self,
             self.protocol(),
+            match self.predicted_publication() {
+                Some(m) => format!("{m:?}"),
+                None => "neither hard links nor no-replace rename".into(),
+            },
             s.exclusive_create,
             s.hard_links,
             s.noreplace_rename,
@@ -468,6 +529,22 @@ mod tests {
         assert!(reason.contains("exclusive create"), "{reason}");
         assert!(reason.contains("read-only"), "{reason}");
         assert_eq!(SUPPORT.len(), 13, "one row per kind");
+        assert_eq!(
+            info(FsKind::Sshfs).predicted_publication(),
+            Some(PublishMethod::HardLink)
+        );
+        assert_eq!(info(FsKind::Smbnetfs).predicted_publication(), None);
+        assert_eq!(
+            info(FsKind::Unknown).predicted_publication(),
+            Some(PublishMethod::HardLink)
+        );
+    }
+
+    #[test]
+    fn the_readme_holds_a_copy_of_the_table() {
+        let readme = include_str!("../../README.md");
+        let table = support_table_markdown();
+        assert!(readme.contains(&table), "README.md must hold:\n{table}");
     }
 
     #[test]

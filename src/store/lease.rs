@@ -159,11 +159,14 @@ impl Default for LeaseConfig {
     /// renewal, holder stops at 12 s, wait 45 s), or the lease in
     /// milliseconds from `SESSIONFS_LEASE_MS` (tests).
     fn default() -> Self {
-        let lease = std::env::var("SESSIONFS_LEASE_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&ms| ms >= 50)
-            .map_or(LEASE, Duration::from_millis);
+        static LEASE_FROM_ENV: OnceLock<Duration> = OnceLock::new();
+        let lease = *LEASE_FROM_ENV.get_or_init(|| {
+            std::env::var("SESSIONFS_LEASE_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&ms| ms >= 50)
+                .map_or(LEASE, Duration::from_millis)
+        });
         LeaseConfig::from_lease(lease)
     }
 }
@@ -178,8 +181,16 @@ pub struct HolderId {
 
 impl HolderId {
     /// This process: host from `SESSIONFS_HOST_ID` or the host name, boot
-    /// id from `SESSIONFS_BOOT_ID` or `/proc/sys/kernel/random/boot_id`.
+    /// id from `SESSIONFS_BOOT_ID` or `/proc/sys/kernel/random/boot_id`
+    /// (read once per process).
     pub fn current() -> HolderId {
+        static CURRENT: OnceLock<HolderId> = OnceLock::new();
+        let mut id = CURRENT.get_or_init(HolderId::from_env).clone();
+        id.pid = std::process::id(); // a forked child is another holder
+        id
+    }
+
+    fn from_env() -> HolderId {
         let host = std::env::var("SESSIONFS_HOST_ID")
             .ok()
             .filter(|h| !h.is_empty())

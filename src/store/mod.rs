@@ -474,3 +474,39 @@ fn detect_encoding(root: &Path) -> Result<Encoding> {
         Encoding::Zstd
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_files_are_never_listed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("--w--").join("s");
+        fs::create_dir_all(&dir).unwrap();
+        for name in [
+            "session.jsonl.zstd",
+            "notes.txt",
+            ".sessionfs.lock",
+            ".sessionfs.lock.wait",
+            ".sessionfs.lock.break.00000000deadbeef.0",
+            ".sessionfs.lock.0123456789abcdef.tmp",
+        ] {
+            fs::write(dir.join(name), b"").unwrap();
+        }
+        let store = Store::open(root.path(), StoreOptions::default()).unwrap();
+        let mut names: Vec<OsString> = store
+            .list_session_dir(Path::new("--w--/s"), true)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![OsString::from("notes.txt"), OsString::from(VIEW_NAME)]
+        );
+        assert!(is_publication_temp(OsStr::new(".sessionfs.lock")));
+        assert!(!is_publication_temp(OsStr::new(".sessionfs")));
+    }
+}
