@@ -465,35 +465,49 @@ fn stale_after(snap: &Snapshot, cfg: &LeaseConfig) -> Duration {
     cfg.lease.max(body_lease) + cfg.waiter_margin
 }
 
+/// How many times an exclusive create refused with EPERM while the name
+/// does not exist afterwards is tried again before the error counts.
+const AMBIGUOUS_CREATE_RETRIES: u32 = 8;
+
 /// Creates `path` exclusively with `body` and fsyncs it. `Ok(None)` when
 /// it exists already (also when the client reports that as another error
 /// but the name exists afterwards: sshfs turns the server's refusal into
-/// EPERM). Returns the file and the instant before the create.
+/// EPERM; when the name is gone again by then — its holder removed it —
+/// the create is retried). Returns the file and the instant before the
+/// create.
 fn create_exclusive(
     path: &Path,
     body: &[u8],
     protocol: CommitProtocol,
 ) -> io::Result<Option<(File, Instant)>> {
-    let start = Instant::now();
-    let file = match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
-        Err(e) => {
-            if fs::symlink_metadata(path).is_ok() {
-                log::debug!(
-                    "{}: exclusive create failed ({e}) and the name exists",
-                    path.display()
-                );
-                return Ok(None);
+    let mut attempt = 0;
+    let (file, start) = loop {
+        let start = Instant::now();
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(f) => break (f, start),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => {
+                if fs::symlink_metadata(path).is_ok() {
+                    log::debug!(
+                        "{}: exclusive create failed ({e}) and the name exists",
+                        path.display()
+                    );
+                    return Ok(None);
+                }
+                if e.raw_os_error() == Some(libc::EPERM) && attempt < AMBIGUOUS_CREATE_RETRIES {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                return Err(e);
             }
-            return Err(e);
         }
     };
     let written = file.write_all_at(body, 0).and_then(|()| match protocol {
