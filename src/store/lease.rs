@@ -551,19 +551,19 @@ impl Shared {
             ));
         }
         let start = Instant::now();
-        let bytes = {
-            let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
-            body.renewal += 1;
-            body.wall_ms = wall_ms();
-            if len.is_some() {
-                body.len = len;
-            }
-            body.encode()
-        };
-        self.file.write_all_at(&bytes, 0)?;
+        // The body stays locked through the write, so that a renewal and a
+        // recorded length never land out of order.
+        let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
+        body.renewal += 1;
+        body.wall_ms = wall_ms();
+        if len.is_some() {
+            body.len = len;
+        }
+        self.file.write_all_at(&body.encode(), 0)?;
         if self.protocol == CommitProtocol::Remote {
             self.file.sync_data()?;
         }
+        drop(body);
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = start;
         Ok(())
     }
