@@ -1159,6 +1159,48 @@ mod protocol_tests {
     }
 
     #[test]
+    fn a_slow_commit_keeps_its_lease_by_renewing_and_is_not_taken_over() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let tx = std::sync::Mutex::new(tx);
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |_: &Path| {
+                tx.lock().unwrap().send(()).unwrap();
+                // Three leases: only renewals keep the lock ours.
+                std::thread::sleep(fast().lease * 3);
+            })),
+            ..CommitHooks::default()
+        };
+        let slow_opts = with_hooks(opts(q.path()), hooks);
+        let slow_path = path.clone();
+        let slow = std::thread::spawn(move || {
+            append_with_options(&slow_path, Encoding::Zstd, None, &slow_opts, |t| {
+                Ok(ev(t.next_seq).into_bytes())
+            })
+        });
+        rx.recv().unwrap();
+        // Another writer waits for the whole slow commit and then follows it.
+        let patient = CommitOptions {
+            lease: Some(LeaseConfig {
+                wait: fast().lease * 20,
+                ..fast()
+            }),
+            ..opts(q.path())
+        };
+        let out = append_with_options(&path, Encoding::Zstd, None, &patient, |t| {
+            assert_eq!(t.next_seq, 2, "after the slow commit");
+            Ok(ev(2).into_bytes())
+        })
+        .unwrap();
+        let first = slow.join().unwrap().unwrap();
+        assert_eq!(first.next_seq, 2);
+        assert_eq!(out.frame_offset, first.new_file_len);
+        assert!(walk(q.path()).is_empty(), "nothing cut");
+    }
+
+    #[test]
     fn a_dead_holders_torn_frame_is_cut_and_kept_after_the_lease() {
         let root = tempfile::tempdir().unwrap();
         let q = tempfile::tempdir().unwrap();
