@@ -394,9 +394,13 @@ pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {
     fl.l_start = 0;
     fl.l_len = 0; // to the end of the file, however far it grows
     fl.l_pid = 0; // required for OFD locks
-                  // Polled with a deadline rather than F_OFD_SETLKW: a writer that holds
-                  // the lock forever (stopped, or a forked child that inherited it) must
-                  // not hang the mount's request threads.
+
+    // Polled with F_OFD_SETLK until a deadline rather than blocking in
+    // F_OFD_SETLKW: a blocked F_OFD_SETLKW ends only when the lock is
+    // released or a signal arrives, so a writer that holds the lock forever
+    // (stopped, or a forked child that inherited the descriptor) would hang
+    // the mount's request threads; polling bounds the wait without a timer
+    // thread or signals. The pause doubles from 1 ms up to 20 ms.
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut pause = std::time::Duration::from_millis(1);
     loop {
