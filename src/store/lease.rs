@@ -45,7 +45,7 @@
 //! starting at generation g = 0: exactly one taker per generation wins.
 //! The claimant re-reads the lock, and only if its body is still S and its
 //! claim is younger than [`LeaseConfig::break_hold`] on its own clock, it
-//! writes its own lock as `.sessionfs.lock.<token>.tmp`, fsyncs it and
+//! writes its own lock as `.sessionfs.lock.<token>.tmp` and
 //! renames it over `.sessionfs.lock`: the lock never disappears, so no
 //! plain creator can slip in, and a second claimant re-reading afterwards
 //! finds another body and gives up. It then removes the claims of S.
@@ -394,13 +394,18 @@ pub(crate) fn open_fresh_read(path: &Path, protocol: CommitProtocol) -> io::Resu
         .open(path)
 }
 
-/// Reads a lock or claim file afresh; `None` when it does not exist.
+/// Reads a lock or claim file afresh; `None` when it does not exist (also
+/// when it vanishes between the open and the `fstat` or read: some clients,
+/// sshfs without attribute caching, answer `fstat` by path).
 fn look(path: &Path, protocol: CommitProtocol) -> io::Result<Option<Snapshot>> {
-    let file = match open_fresh_read(path, protocol) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    match look_once(path, protocol) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        r => r,
+    }
+}
+
+fn look_once(path: &Path, protocol: CommitProtocol) -> io::Result<Option<Snapshot>> {
+    let file = open_fresh_read(path, protocol)?;
     let meta = file.metadata()?;
     let mut body = Vec::with_capacity(BODY_LEN);
     // Bounded: a lock file is never larger than BODY_LEN; read a little
@@ -469,17 +474,13 @@ fn stale_after(snap: &Snapshot, cfg: &LeaseConfig) -> Duration {
 /// does not exist afterwards is tried again before the error counts.
 const AMBIGUOUS_CREATE_RETRIES: u32 = 8;
 
-/// Creates `path` exclusively with `body` and fsyncs it. `Ok(None)` when
+/// Creates `path` exclusively and writes `body` into it. `Ok(None)` when
 /// it exists already (also when the client reports that as another error
 /// but the name exists afterwards: sshfs turns the server's refusal into
 /// EPERM; when the name is gone again by then — its holder removed it —
 /// the create is retried). Returns the file and the instant before the
 /// create.
-fn create_exclusive(
-    path: &Path,
-    body: &[u8],
-    protocol: CommitProtocol,
-) -> io::Result<Option<(File, Instant)>> {
+fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, Instant)>> {
     let mut attempt = 0;
     let (file, start) = loop {
         let start = Instant::now();
@@ -510,13 +511,11 @@ fn create_exclusive(
             }
         }
     };
-    let written = file.write_all_at(body, 0).and_then(|()| match protocol {
-        // A network client may hold writes back until fsync (NFS) or
-        // close; on local storage the page cache is what others read.
-        CommitProtocol::Remote => file.sync_data(),
-        CommitProtocol::Local => Ok(()),
-    });
-    if let Err(e) = written {
+    // Not fsynced: the exclusive create is what excludes; until the body
+    // reaches the server (a network client may hold it back), waiters see
+    // an empty body, which they judge only from continuous looks, as a
+    // lock that cannot be taken over sooner than any other.
+    if let Err(e) = file.write_all_at(body, 0) {
         let _ = fs::remove_file(path);
         return Err(e);
     }
@@ -541,9 +540,10 @@ impl Shared {
         renewed.elapsed() < self.cfg.lease.saturating_sub(self.cfg.holder_margin)
     }
 
-    /// Rewrites the body (renewal + 1, `len` if given) and fsyncs it;
-    /// refused once the lease expired.
-    fn renew(&self, len: Option<u64>) -> io::Result<()> {
+    /// Rewrites the body (renewal + 1, `len` if given) and, with `sync` on
+    /// a remote protocol, fsyncs it so that it reaches the server (NFS
+    /// holds writes back until then); refused once the lease expired.
+    fn renew(&self, len: Option<u64>, sync: bool) -> io::Result<()> {
         if !self.valid() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -560,7 +560,7 @@ impl Shared {
             body.len = len;
         }
         self.file.write_all_at(&body.encode(), 0)?;
-        if self.protocol == CommitProtocol::Remote {
+        if sync && self.protocol == CommitProtocol::Remote {
             self.file.sync_data()?;
         }
         drop(body);
@@ -642,13 +642,14 @@ impl LockGuard {
     }
 
     /// Records the transcript's length before the commit in the body (a
-    /// renewal).
+    /// renewal, not fsynced: a taker that does not see the length cuts
+    /// nothing, which is the safe side).
     ///
     /// Errors: [`StoreError::Io`] when the rewrite fails, or the lease
     /// expired.
     pub fn record_len(&self, len: u64) -> Result<()> {
         self.shared
-            .renew(Some(len))
+            .renew(Some(len), false)
             .map_err(|e| StoreError::io("renew lock", &self.path, e))
     }
 
@@ -687,7 +688,7 @@ fn renew_loop(s: &Shared, path: &Path) {
             return;
         }
         drop(stop);
-        if let Err(e) = s.renew(None) {
+        if let Err(e) = s.renew(None, true) {
             log::warn!("{}: lease renewal failed: {e}", path.display());
             if !s.valid() {
                 return;
@@ -825,8 +826,8 @@ pub fn acquire(
     let mut announced = false;
     loop {
         let body = LockBody::new(me, cfg);
-        if let Some((file, created)) = create_exclusive(&path, &body.encode(), protocol)
-            .map_err(|e| io_err("create lock", e))?
+        if let Some((file, created)) =
+            create_exclusive(&path, &body.encode()).map_err(|e| io_err("create lock", e))?
         {
             forget(&path);
             return Ok(LockGuard::start(
@@ -887,7 +888,7 @@ fn try_break(
     for g in 0..MAX_BREAK_GENERATIONS {
         let claim = claim_name(g);
         let claim_body = LockBody::new(me, cfg).encode();
-        match create_exclusive(&claim, &claim_body, protocol)
+        match create_exclusive(&claim, &claim_body)
             .map_err(|e| io_err("create claim", &claim, e))?
         {
             Some((claim_file, claimed)) => {
@@ -938,8 +939,8 @@ fn finish_break(
     }
     let body = LockBody::new(me, cfg);
     let temp = dir.join(format!("{LOCK_NAME}.{}.tmp", body.token));
-    let Some((file, created)) = create_exclusive(&temp, &body.encode(), protocol)
-        .map_err(|e| io_err("create lock", &temp, e))?
+    let Some((file, created)) =
+        create_exclusive(&temp, &body.encode()).map_err(|e| io_err("create lock", &temp, e))?
     else {
         return Ok(None);
     };
@@ -965,7 +966,7 @@ fn finish_break(
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err("remove stale lock", path, e)),
             }
-            let Some((file, created)) = create_exclusive(path, &body.encode(), protocol)
+            let Some((file, created)) = create_exclusive(path, &body.encode())
                 .map_err(|e| io_err("create lock", path, e))?
             else {
                 return Ok(None);
