@@ -721,7 +721,8 @@ fn read_back(
         )));
     }
     if encoding == Encoding::Zstd {
-        match walk_frame(&fresh, offset, end) {
+        // Walked in memory: `got` is what the server holds there.
+        match walk_frame(&got[..], 0, got.len() as u64) {
             Ok(Step::Frame(info)) if info.len == bytes.len() as u64 => {}
             Ok(other) => return Err(fail(format!("it does not walk as one frame ({other:?})"))),
             Err(e) => return Err(fail(format!("{}", StoreError::from_frame(path, e)))),
