@@ -394,9 +394,13 @@ pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {
     fl.l_start = 0;
     fl.l_len = 0; // to the end of the file, however far it grows
     fl.l_pid = 0; // required for OFD locks
-                  // Polled with a deadline rather than F_OFD_SETLKW: a writer that holds
-                  // the lock forever (stopped, or a forked child that inherited it) must
-                  // not hang the mount's request threads.
+
+    // Polled with F_OFD_SETLK until a deadline rather than blocking in
+    // F_OFD_SETLKW: a blocked F_OFD_SETLKW ends only when the lock is
+    // released or a signal arrives, so a writer that holds the lock forever
+    // (stopped, or a forked child that inherited the descriptor) would hang
+    // the mount's request threads; polling bounds the wait without a timer
+    // thread or signals. The pause doubles from 1 ms up to 20 ms.
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut pause = std::time::Duration::from_millis(1);
     loop {
@@ -717,7 +721,8 @@ fn read_back(
         )));
     }
     if encoding == Encoding::Zstd {
-        match walk_frame(&fresh, offset, end) {
+        // Walked in memory: `got` is what the server holds there.
+        match walk_frame(&got[..], 0, got.len() as u64) {
             Ok(Step::Frame(info)) if info.len == bytes.len() as u64 => {}
             Ok(other) => return Err(fail(format!("it does not walk as one frame ({other:?})"))),
             Err(e) => return Err(fail(format!("{}", StoreError::from_frame(path, e)))),
@@ -1156,6 +1161,48 @@ mod protocol_tests {
         assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
         assert!(e.to_string().contains("lease"), "{e}");
         assert_eq!(fs::read(&path).unwrap(), before, "nothing written");
+    }
+
+    #[test]
+    fn a_slow_commit_keeps_its_lease_by_renewing_and_is_not_taken_over() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let tx = std::sync::Mutex::new(tx);
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |_: &Path| {
+                tx.lock().unwrap().send(()).unwrap();
+                // Three leases: only renewals keep the lock ours.
+                std::thread::sleep(fast().lease * 3);
+            })),
+            ..CommitHooks::default()
+        };
+        let slow_opts = with_hooks(opts(q.path()), hooks);
+        let slow_path = path.clone();
+        let slow = std::thread::spawn(move || {
+            append_with_options(&slow_path, Encoding::Zstd, None, &slow_opts, |t| {
+                Ok(ev(t.next_seq).into_bytes())
+            })
+        });
+        rx.recv().unwrap();
+        // Another writer waits for the whole slow commit and then follows it.
+        let patient = CommitOptions {
+            lease: Some(LeaseConfig {
+                wait: fast().lease * 20,
+                ..fast()
+            }),
+            ..opts(q.path())
+        };
+        let out = append_with_options(&path, Encoding::Zstd, None, &patient, |t| {
+            assert_eq!(t.next_seq, 2, "after the slow commit");
+            Ok(ev(2).into_bytes())
+        })
+        .unwrap();
+        let first = slow.join().unwrap().unwrap();
+        assert_eq!(first.next_seq, 2);
+        assert_eq!(out.frame_offset, first.new_file_len);
+        assert!(walk(q.path()).is_empty(), "nothing cut");
     }
 
     #[test]

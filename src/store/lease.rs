@@ -45,7 +45,7 @@
 //! starting at generation g = 0: exactly one taker per generation wins.
 //! The claimant re-reads the lock, and only if its body is still S and its
 //! claim is younger than [`LeaseConfig::break_hold`] on its own clock, it
-//! writes its own lock as `.sessionfs.lock.<token>.tmp`, fsyncs it and
+//! writes its own lock as `.sessionfs.lock.<token>.tmp` and
 //! renames it over `.sessionfs.lock`: the lock never disappears, so no
 //! plain creator can slip in, and a second claimant re-reading afterwards
 //! finds another body and gives up. It then removes the claims of S.
@@ -394,13 +394,18 @@ pub(crate) fn open_fresh_read(path: &Path, protocol: CommitProtocol) -> io::Resu
         .open(path)
 }
 
-/// Reads a lock or claim file afresh; `None` when it does not exist.
+/// Reads a lock or claim file afresh; `None` when it does not exist (also
+/// when it vanishes between the open and the `fstat` or read: some clients,
+/// sshfs without attribute caching, answer `fstat` by path).
 fn look(path: &Path, protocol: CommitProtocol) -> io::Result<Option<Snapshot>> {
-    let file = match open_fresh_read(path, protocol) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    match look_once(path, protocol) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        r => r,
+    }
+}
+
+fn look_once(path: &Path, protocol: CommitProtocol) -> io::Result<Option<Snapshot>> {
+    let file = open_fresh_read(path, protocol)?;
     let meta = file.metadata()?;
     let mut body = Vec::with_capacity(BODY_LEN);
     // Bounded: a lock file is never larger than BODY_LEN; read a little
@@ -465,44 +470,52 @@ fn stale_after(snap: &Snapshot, cfg: &LeaseConfig) -> Duration {
     cfg.lease.max(body_lease) + cfg.waiter_margin
 }
 
-/// Creates `path` exclusively with `body` and fsyncs it. `Ok(None)` when
+/// How many times an exclusive create refused with EPERM while the name
+/// does not exist afterwards is tried again before the error counts.
+const AMBIGUOUS_CREATE_RETRIES: u32 = 8;
+
+/// Creates `path` exclusively and writes `body` into it. `Ok(None)` when
 /// it exists already (also when the client reports that as another error
 /// but the name exists afterwards: sshfs turns the server's refusal into
-/// EPERM). Returns the file and the instant before the create.
-fn create_exclusive(
-    path: &Path,
-    body: &[u8],
-    protocol: CommitProtocol,
-) -> io::Result<Option<(File, Instant)>> {
-    let start = Instant::now();
-    let file = match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
-        Err(e) => {
-            if fs::symlink_metadata(path).is_ok() {
-                log::debug!(
-                    "{}: exclusive create failed ({e}) and the name exists",
-                    path.display()
-                );
-                return Ok(None);
+/// EPERM; when the name is gone again by then — its holder removed it —
+/// the create is retried). Returns the file and the instant before the
+/// create.
+fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, Instant)>> {
+    let mut attempt = 0;
+    let (file, start) = loop {
+        let start = Instant::now();
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(f) => break (f, start),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => {
+                if fs::symlink_metadata(path).is_ok() {
+                    log::debug!(
+                        "{}: exclusive create failed ({e}) and the name exists",
+                        path.display()
+                    );
+                    return Ok(None);
+                }
+                if e.raw_os_error() == Some(libc::EPERM) && attempt < AMBIGUOUS_CREATE_RETRIES {
+                    attempt += 1;
+                    thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                return Err(e);
             }
-            return Err(e);
         }
     };
-    let written = file.write_all_at(body, 0).and_then(|()| match protocol {
-        // A network client may hold writes back until fsync (NFS) or
-        // close; on local storage the page cache is what others read.
-        CommitProtocol::Remote => file.sync_data(),
-        CommitProtocol::Local => Ok(()),
-    });
-    if let Err(e) = written {
+    // Not fsynced: the exclusive create is what excludes; until the body
+    // reaches the server (a network client may hold it back), waiters see
+    // an empty body, which they judge only from continuous looks, as a
+    // lock that cannot be taken over sooner than any other.
+    if let Err(e) = file.write_all_at(body, 0) {
         let _ = fs::remove_file(path);
         return Err(e);
     }
@@ -527,9 +540,10 @@ impl Shared {
         renewed.elapsed() < self.cfg.lease.saturating_sub(self.cfg.holder_margin)
     }
 
-    /// Rewrites the body (renewal + 1, `len` if given) and fsyncs it;
-    /// refused once the lease expired.
-    fn renew(&self, len: Option<u64>) -> io::Result<()> {
+    /// Rewrites the body (renewal + 1, `len` if given) and, with `sync` on
+    /// a remote protocol, fsyncs it so that it reaches the server (NFS
+    /// holds writes back until then); refused once the lease expired.
+    fn renew(&self, len: Option<u64>, sync: bool) -> io::Result<()> {
         if !self.valid() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -537,19 +551,19 @@ impl Shared {
             ));
         }
         let start = Instant::now();
-        let bytes = {
-            let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
-            body.renewal += 1;
-            body.wall_ms = wall_ms();
-            if len.is_some() {
-                body.len = len;
-            }
-            body.encode()
-        };
-        self.file.write_all_at(&bytes, 0)?;
-        if self.protocol == CommitProtocol::Remote {
+        // The body stays locked through the write, so that a renewal and a
+        // recorded length never land out of order.
+        let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
+        body.renewal += 1;
+        body.wall_ms = wall_ms();
+        if len.is_some() {
+            body.len = len;
+        }
+        self.file.write_all_at(&body.encode(), 0)?;
+        if sync && self.protocol == CommitProtocol::Remote {
             self.file.sync_data()?;
         }
+        drop(body);
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = start;
         Ok(())
     }
@@ -628,13 +642,14 @@ impl LockGuard {
     }
 
     /// Records the transcript's length before the commit in the body (a
-    /// renewal).
+    /// renewal, not fsynced: a taker that does not see the length cuts
+    /// nothing, which is the safe side).
     ///
     /// Errors: [`StoreError::Io`] when the rewrite fails, or the lease
     /// expired.
     pub fn record_len(&self, len: u64) -> Result<()> {
         self.shared
-            .renew(Some(len))
+            .renew(Some(len), false)
             .map_err(|e| StoreError::io("renew lock", &self.path, e))
     }
 
@@ -673,7 +688,7 @@ fn renew_loop(s: &Shared, path: &Path) {
             return;
         }
         drop(stop);
-        if let Err(e) = s.renew(None) {
+        if let Err(e) = s.renew(None, true) {
             log::warn!("{}: lease renewal failed: {e}", path.display());
             if !s.valid() {
                 return;
@@ -811,8 +826,8 @@ pub fn acquire(
     let mut announced = false;
     loop {
         let body = LockBody::new(me, cfg);
-        if let Some((file, created)) = create_exclusive(&path, &body.encode(), protocol)
-            .map_err(|e| io_err("create lock", e))?
+        if let Some((file, created)) =
+            create_exclusive(&path, &body.encode()).map_err(|e| io_err("create lock", e))?
         {
             forget(&path);
             return Ok(LockGuard::start(
@@ -873,7 +888,7 @@ fn try_break(
     for g in 0..MAX_BREAK_GENERATIONS {
         let claim = claim_name(g);
         let claim_body = LockBody::new(me, cfg).encode();
-        match create_exclusive(&claim, &claim_body, protocol)
+        match create_exclusive(&claim, &claim_body)
             .map_err(|e| io_err("create claim", &claim, e))?
         {
             Some((claim_file, claimed)) => {
@@ -924,8 +939,8 @@ fn finish_break(
     }
     let body = LockBody::new(me, cfg);
     let temp = dir.join(format!("{LOCK_NAME}.{}.tmp", body.token));
-    let Some((file, created)) = create_exclusive(&temp, &body.encode(), protocol)
-        .map_err(|e| io_err("create lock", &temp, e))?
+    let Some((file, created)) =
+        create_exclusive(&temp, &body.encode()).map_err(|e| io_err("create lock", &temp, e))?
     else {
         return Ok(None);
     };
@@ -951,7 +966,7 @@ fn finish_break(
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err("remove stale lock", path, e)),
             }
-            let Some((file, created)) = create_exclusive(path, &body.encode(), protocol)
+            let Some((file, created)) = create_exclusive(path, &body.encode())
                 .map_err(|e| io_err("create lock", path, e))?
             else {
                 return Ok(None);

@@ -728,6 +728,20 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_onto_an_existing_name_is_recognised_as_a_lost_race() {
+        let dir = tempfile::tempdir().unwrap();
+        let temp = dir.path().join("t.tmp");
+        let target = dir.path().join("session.jsonl.zstd");
+        fs::write(&temp, b"mine").unwrap();
+        assert!(!lost_to_another(&temp, &target), "no target: a real error");
+        fs::hard_link(&temp, &target).unwrap();
+        assert!(!lost_to_another(&temp, &target), "the target is ours");
+        fs::remove_file(&target).unwrap();
+        fs::write(&target, b"theirs").unwrap();
+        assert!(lost_to_another(&temp, &target), "another publisher's file");
+    }
+
+    #[test]
     fn probe_finds_hard_links_here_and_cleans_up() {
         let root = tempfile::tempdir().unwrap();
         assert_eq!(
