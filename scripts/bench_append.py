@@ -26,7 +26,7 @@ N = int(os.environ.get("BENCH_APPENDS", "200"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 CWD = "/home/alice/work/bench"
 PROJECT = "--home-alice-work-bench--"
-SSHFS_OPTIONS = "dcache_timeout=1,dcache_stat_timeout=0"
+SSHFS_OPTIONS = "dir_cache=no"
 
 cleanups = []
 
