@@ -6,6 +6,10 @@
 # and the tools the tests compare against: zstd, python3 and rsync (fuse3 is
 # installed for fusermount3). Missing tools are installed with apt when run
 # as root.
+# and the tools the tests compare against: zstd and python3 (fuse3 is
+# installed for fusermount3), and for the shared-root network tests the
+# packages scripts/install-net-test-deps.sh installs. Missing tools are
+# installed with apt when run as root.
 #
 # Usage: scripts/test.sh [extra `cargo test` arguments]
 set -euo pipefail
@@ -29,6 +33,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "test.sh: missing ${missing[*]}; install them (apt-get install ${missing[*]})" >&2
     exit 1
   fi
+fi
+
+# The shared-root network tests need an SSH server, sshfs, Samba, smbnetfs,
+# rclone and faketime (no daemon is started by the install).
+if [ "$(id -u)" -eq 0 ]; then
+  scripts/install-net-test-deps.sh
 fi
 
 if [ ! -e /dev/fuse ]; then

@@ -514,8 +514,10 @@ fn a_failed_write_is_truncated_back() {
         // and limits.
         unsafe {
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            // Room for the session's lock file (BODY_LEN bytes), not for
+            // the frame.
             let limit = libc::rlimit {
-                rlim_cur: len + 100,
+                rlim_cur: len.max(sessionfs::store::lease::BODY_LEN as u64) + 100,
                 rlim_max: libc::RLIM_INFINITY,
             };
             assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
@@ -533,6 +535,10 @@ fn a_failed_write_is_truncated_back() {
         let e =
             append_batch(&path, Encoding::Zstd, ev(2, &noise).as_bytes(), |_| Ok(())).unwrap_err();
         assert_eq!(e.errno(), libc::EFBIG, "{e}");
+        assert!(
+            e.to_string().starts_with("write "),
+            "the frame's write failed: {e}"
+        );
         assert_eq!(fs::metadata(&path).unwrap().len(), len);
         return;
     }

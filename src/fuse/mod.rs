@@ -2,6 +2,7 @@
 //! to errno values. It holds no store logic.
 
 mod adapter;
+mod crash_hook;
 pub mod fs;
 mod fs_write;
 mod fusermount;

@@ -204,7 +204,16 @@ pub fn run_mount(
 ) -> Result<(), String> {
     raise_fd_limit();
     keep_freed_memory();
-    let read_only = preflight::check(&config)?;
+    let mut read_only = preflight::check(&config)?;
+    // What the root lives on (logged once, nothing written); a kind that
+    // cannot give the commit protocol what it needs mounts read-only.
+    if !read_only {
+        if let Err(reason) = crate::store::fskind::check_root(&config.root) {
+            log::warn!("{reason}");
+            eprintln!("sessionfs: {reason}");
+            read_only = true;
+        }
+    }
     let store = Store::open(
         &config.root,
         StoreOptions {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::store::append::{append_with, TailHint};
+use crate::store::append::{append_with_options, TailHint};
 use crate::store::lines::SeqCursor;
 use crate::store::naming::{decode_id, project_dir_name};
 use crate::store::publish::publish_session;
@@ -399,13 +399,15 @@ impl Writer {
         let path = store
             .backing_path(&self.session_dir())
             .join(store.encoding().file_name());
-        let outcome = append_with(&path, store.encoding(), p.hint.as_ref(), |tail| {
-            // Re-checked under the lock against the real tail.
-            SeqCursor::after(tail.next_seq)
-                .check_batch(batch)
-                .map_err(|e| e.into_store(&path))?;
-            Ok(batch.to_vec())
-        })?;
+        let opts = super::crash_hook::commit_options();
+        let outcome =
+            append_with_options(&path, store.encoding(), p.hint.as_ref(), &opts, |tail| {
+                // Re-checked under the lock against the real tail.
+                SeqCursor::after(tail.next_seq)
+                    .check_batch(batch)
+                    .map_err(|e| e.into_store(&path))?;
+                Ok(batch.to_vec())
+            })?;
         p.hint = Some(outcome.hint);
         Ok(())
     }

@@ -11,13 +11,16 @@ pub mod catalog;
 pub mod check;
 pub mod classify;
 pub mod decode;
+pub mod cutkeep;
 pub mod error;
 pub mod frame;
+pub mod fskind;
 pub mod header;
 pub mod index;
 pub mod index_store;
 pub mod json;
 pub mod limits;
+pub mod lease;
 pub mod lines;
 pub mod naming;
 pub mod publish;
@@ -114,8 +117,17 @@ pub fn is_flat_artifact_name(name: &OsStr) -> bool {
 }
 
 /// Whether `name` is a publication temporary (`session.jsonl.zstd.<hex>.tmp`
-/// or `session.jsonl.<hex>.tmp`): never shown (MOUNT.md, Details).
+/// or `session.jsonl.<hex>.tmp`) or a lock file of the commit protocol
+/// (`.sessionfs.lock`, its claims and temporaries: `.sessionfs.lock*`):
+/// never shown, never created or removed through the mount (MOUNT.md,
+/// Details and Shared roots).
 pub fn is_publication_temp(name: &OsStr) -> bool {
+    if name
+        .as_encoded_bytes()
+        .starts_with(lease::LOCK_NAME.as_bytes())
+    {
+        return true;
+    }
     let b = name.as_encoded_bytes();
     let Some(rest) = b
         .strip_prefix(b"session.jsonl.zstd.")
@@ -466,4 +478,40 @@ fn detect_encoding(root: &Path) -> Result<Encoding> {
     } else {
         Encoding::Zstd
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_files_are_never_listed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("--w--").join("s");
+        fs::create_dir_all(&dir).unwrap();
+        for name in [
+            "session.jsonl.zstd",
+            "notes.txt",
+            ".sessionfs.lock",
+            ".sessionfs.lock.wait",
+            ".sessionfs.lock.break.00000000deadbeef.0",
+            ".sessionfs.lock.0123456789abcdef.tmp",
+        ] {
+            fs::write(dir.join(name), b"").unwrap();
+        }
+        let store = Store::open(root.path(), StoreOptions::default()).unwrap();
+        let mut names: Vec<OsString> = store
+            .list_session_dir(Path::new("--w--/s"), true)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![OsString::from("notes.txt"), OsString::from(VIEW_NAME)]
+        );
+        assert!(is_publication_temp(OsStr::new(".sessionfs.lock")));
+        assert!(!is_publication_temp(OsStr::new(".sessionfs")));
+    }
 }

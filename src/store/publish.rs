@@ -12,7 +12,7 @@ use std::ffi::{CString, OsStr};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -398,6 +398,20 @@ fn rename_unsupported(e: &io::Error) -> bool {
     )
 }
 
+/// Whether a failed `link`/`rename` onto `target` lost to another
+/// publisher: the target exists now and is not `temp` (network clients
+/// report the server's refusal as EPERM or EIO rather than EEXIST; sshfs
+/// maps SFTP's generic failure to EPERM).
+fn lost_to_another(temp: &Path, target: &Path) -> bool {
+    let Ok(t) = fs::symlink_metadata(target) else {
+        return false;
+    };
+    match fs::symlink_metadata(temp) {
+        Ok(m) => !(m.dev() == t.dev() && m.ino() == t.ino()),
+        Err(_) => true,
+    }
+}
+
 /// Publishes `temp` as `target`, never replacing an existing target.
 fn publish_file(
     root: &Path,
@@ -409,10 +423,14 @@ fn publish_file(
     if method != Some(PublishMethod::RenameNoReplace) {
         match fs::hard_link(temp, target) {
             Ok(()) => return Ok(()),
-            Err(e) if exists(&e) => {
+            Err(e) if exists(&e) || lost_to_another(temp, target) => {
+                log::debug!(
+                    "{}: link() refused ({e}); the target exists",
+                    target.display()
+                );
                 return Err(StoreError::AlreadyExists {
                     path: target.to_path_buf(),
-                })
+                });
             }
             Err(e) if method.is_none() && link_unsupported(&e) => {
                 log::debug!(
@@ -425,7 +443,7 @@ fn publish_file(
     }
     match rename_noreplace(temp, target) {
         Ok(()) => Ok(()),
-        Err(e) if exists(&e) => Err(StoreError::AlreadyExists {
+        Err(e) if exists(&e) || lost_to_another(temp, target) => Err(StoreError::AlreadyExists {
             path: target.to_path_buf(),
         }),
         Err(e) if rename_unsupported(&e) => Err(StoreError::PublishUnsupported {
@@ -709,6 +727,20 @@ mod tests {
             1,
             "temporaries removed"
         );
+    }
+
+    #[test]
+    fn a_refusal_onto_an_existing_name_is_recognised_as_a_lost_race() {
+        let dir = tempfile::tempdir().unwrap();
+        let temp = dir.path().join("t.tmp");
+        let target = dir.path().join("session.jsonl.zstd");
+        fs::write(&temp, b"mine").unwrap();
+        assert!(!lost_to_another(&temp, &target), "no target: a real error");
+        fs::hard_link(&temp, &target).unwrap();
+        assert!(!lost_to_another(&temp, &target), "the target is ours");
+        fs::remove_file(&target).unwrap();
+        fs::write(&target, b"theirs").unwrap();
+        assert!(lost_to_another(&temp, &target), "another publisher's file");
     }
 
     #[test]

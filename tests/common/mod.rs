@@ -376,14 +376,29 @@ impl Mount {
     /// `start`, with the watchdog set to abort the FUSE connection once the
     /// mount has been up for `limit` (for tests that legitimately run long).
     pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
-        Mount::start_inner(root, extra_args, limit, None)
+        Mount::start_inner(root, extra_args, limit, None, &[], &[])
     }
 
     /// `start`, with the daemon's address space limited to `bytes`
     /// (`RLIMIT_AS`, set in the child before exec): a daemon that tries to
     /// allocate more gets allocation failures instead of memory.
     pub fn start_with_rlimit_as(root: &Path, extra_args: &[&str], bytes: u64) -> Mount {
-        Mount::start_inner(root, extra_args, watchdog_duration(), Some(bytes))
+        Mount::start_inner(root, extra_args, watchdog_duration(), Some(bytes), &[], &[])
+    }
+
+    /// `start_with_watchdog`, with the daemon started through `wrapper`
+    /// (a command that ends by exec'ing its arguments, so the daemon keeps
+    /// the pid this harness signals: `unshare --uts ...`, `env ...`) and with
+    /// `envs` added to its environment. Used by the shared-root network
+    /// tests to give mounts different host identities or clocks.
+    pub fn start_wrapped(
+        root: &Path,
+        extra_args: &[&str],
+        limit: Duration,
+        wrapper: &[&OsStr],
+        envs: &[(&OsStr, &OsStr)],
+    ) -> Mount {
+        Mount::start_inner(root, extra_args, limit, None, wrapper, envs)
     }
 
     fn start_inner(
@@ -391,6 +406,8 @@ impl Mount {
         extra_args: &[&str],
         limit: Duration,
         rlimit_as: Option<u64>,
+        wrapper: &[&OsStr],
+        envs: &[(&OsStr, &OsStr)],
     ) -> Mount {
         assert!(
             Path::new("/dev/fuse").exists(),
@@ -421,7 +438,15 @@ impl Mount {
         let log = File::create(&log_path).expect("create log file");
         let log_out = log.try_clone().unwrap();
 
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(env!("CARGO_BIN_EXE_sessionfs")),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_sessionfs"));
+                c
+            }
+        };
+        cmd.envs(envs.iter().copied());
         cmd.arg("mount")
             .arg(&root_abs)
             .arg(&mnt_path)
