@@ -124,6 +124,12 @@ Examples:
 {EXIT_CODES}"))]
     Cat(IdArgs),
 
+    /// Append JSONL lines from stdin to the session ID (or create the
+    /// session ID when none has it: the first line is then its header),
+    /// under the same rules as a write through the mount.
+    #[command(after_help = crate::cli_append::AFTER_HELP)]
+    Append(IdArgs),
+
     /// Print the project directory name (`--<key>--`) of a cwd, as the
     /// store derives it. PATH is used as given: not resolved, not
     /// normalized.
@@ -453,6 +459,9 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::List(args) => cmd_list(args),
         Command::Locate(args) => cmd_locate(args),
         Command::Cat(args) => cmd_cat(args),
+        Command::Append(args) => {
+            crate::cli_append::run(&args.root, &args.id, &mut io::stdin().lock())
+        }
         Command::Key(args) => cmd_key(args),
         Command::Check(args) => cmd_check(args),
     };

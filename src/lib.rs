@@ -8,7 +8,9 @@
 //! - [`fuse`]: a thin adapter that maps kernel requests to store calls and
 //!   store errors to errno values.
 
+pub mod api;
 pub mod cli;
+mod cli_append;
 pub mod fuse;
 pub mod identity;
 pub mod store;

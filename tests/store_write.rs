@@ -11,6 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use proptest::prelude::Rng;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -521,14 +522,11 @@ fn a_failed_write_is_truncated_back() {
             assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
         }
         // Incompressible: the frame is far longer than the 100 bytes left.
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rng = proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        );
         let noise: String = (0..20_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from(b'a' + (x % 26) as u8)
-            })
+            .map(|_| char::from(b'a' + (rng.next_u32() % 26) as u8))
             .collect();
         let e =
             append_batch(&path, Encoding::Zstd, ev(2, &noise).as_bytes(), |_| Ok(())).unwrap_err();
@@ -545,16 +543,30 @@ fn a_failed_write_is_truncated_back() {
     )
     .unwrap();
     let before = fs::read(&path).unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
+    // The child gets its own stdout and stderr (pipes): its RLIMIT_FSIZE
+    // would otherwise also limit an inherited stdout redirected to a file.
+    let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
             "a_failed_write_is_truncated_back",
             "--test-threads=1",
+            "--nocapture",
         ])
         .env(CHILD, &path)
-        .status()
+        .stdin(std::process::Stdio::null())
+        .output()
         .unwrap();
-    assert!(status.success());
+    let report = format!(
+        "child: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{report}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "the child ran the test: {report}"
+    );
     assert_eq!(fs::read(&path).unwrap(), before);
     // And the transcript still takes appends.
     append_batch(&path, Encoding::Zstd, ev(2, "after").as_bytes(), |_| Ok(())).unwrap();
