@@ -13,7 +13,7 @@
 //! let root = Root::open("/home/alice/.dsh/sessions")?;
 //! let mut w = root.create_session("session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O", Some("/home/alice/app"), 1767603711000)?;
 //! let seq = w.next_seq();
-//! w.append_event(&json!({"type": "x-note", "seq": seq, "time": 1767603711001, "data": {}, "ignorable": true}))?;
+//! w.append_event(&json!({"type": "x-note", "seq": seq, "time": 1767603711001u64, "data": {}, "ignorable": true}))?;
 //! w.commit()?;
 //! let session = root.find("cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O")?;
 //! for line in session.lines() {

@@ -144,7 +144,7 @@ impl SessionFs {
     /// the request carries O_APPEND.
     ///
     /// Errors: EBADF; the writer's errors (EPERM, EINVAL; see
-    /// [`Writer::write`]); the I/O error of a passed-through file.
+    /// `Writer::write`); the I/O error of a passed-through file.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], append: bool) -> FsResult<u32> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
@@ -191,7 +191,7 @@ impl SessionFs {
     /// descriptor): errors the writer must see are returned here, because
     /// `release` reaches no one.
     ///
-    /// Errors: see [`Writer::flush`].
+    /// Errors: see `Writer::flush`.
     pub fn flush(&self, fh: u64) -> FsResult<()> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         if let Some(Handle::Writer(w)) = handle {
@@ -204,7 +204,7 @@ impl SessionFs {
 
     /// Commits a writer's pending lines (fsync); syncs a passed-through file.
     ///
-    /// Errors: see [`Writer::fsync`]; the I/O error of `fsync(2)`.
+    /// Errors: see `Writer::fsync`; the I/O error of `fsync(2)`.
     pub fn fsync(&self, fh: u64) -> FsResult<()> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {

@@ -13,6 +13,8 @@
 
 #![allow(dead_code)]
 
+pub mod oracle;
+
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
