@@ -280,10 +280,6 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-/// Names that are subcommands or top-level flags: anything else in first
-/// position is the mount(8) helper form `sessionfs ROOT MOUNTPOINT -o …`.
-const SUBCOMMANDS: [&str; 7] = ["mount", "list", "locate", "cat", "key", "check", "help"];
-
 /// Inserts `mount` when invoked in the mount(8) helper form.
 fn with_implicit_mount(mut args: Vec<OsString>) -> Vec<OsString> {
     if is_helper_form(&args) {
@@ -292,11 +288,19 @@ fn with_implicit_mount(mut args: Vec<OsString>) -> Vec<OsString> {
     args
 }
 
-/// Whether `args` is the mount(8) helper form `sessionfs ROOT MOUNTPOINT …`.
+/// Whether `args` is the mount(8) helper form `sessionfs ROOT MOUNTPOINT …`:
+/// a first argument that is neither a subcommand nor a flag.
 fn is_helper_form(args: &[OsString]) -> bool {
     args.get(1).is_some_and(|first| {
         let b = first.as_bytes();
-        let is_subcommand = SUBCOMMANDS.iter().any(|s| s.as_bytes() == b);
+        // Every subcommand clap knows (`help` included), so that a new one
+        // is never taken for a root.
+        let is_subcommand = first.to_str().is_some_and(|name| {
+            name == "help"
+                || <Cli as clap::CommandFactory>::command()
+                    .find_subcommand(name)
+                    .is_some()
+        });
         !is_subcommand && !b.starts_with(b"-") && args.len() >= 3
     })
 }

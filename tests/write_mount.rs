@@ -46,6 +46,7 @@ use sessionfs::store::naming::{check_creatable_id, encode_id, project_dir_name};
 use sessionfs::store::{Encoding, FrameCache, Transcript};
 use tempfile::TempDir;
 
+use common::lines::{header_line, note};
 use common::oracle::{oracle_dir, oracle_session, run_oracle};
 use common::{assert_errno, copy_tree, corpus_dir, run, sha256_hex, zstd_dc, Mount};
 
@@ -87,35 +88,6 @@ fn copy_case(case: &str) -> (TempDir, PathBuf) {
 
 fn mount(root: &Path, args: &[&str]) -> Mount {
     Mount::start_with_watchdog(root, args, WATCHDOG)
-}
-
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap()
-}
-
-/// A header line in the reference's key order.
-fn header_line(id: &str, cwd: Option<&str>, created_at: u64) -> String {
-    let mut s = format!(
-        "{{\"type\":\"session\",\"version\":0,\"id\":{},\"createdAt\":{created_at}",
-        json_str(id)
-    );
-    if let Some(cwd) = cwd {
-        s.push_str(&format!(",\"cwd\":{}", json_str(cwd)));
-    }
-    s.push_str(",\"delegationDepth\":0}\n");
-    s
-}
-
-/// One event line, serialized the way `JSON.stringify` does, so that the
-/// reference's `readFrom` hands back the very same bytes; of a type the
-/// harness does not know, marked `ignorable` (else the reference refuses
-/// the whole log as written by a newer harness).
-fn note(seq: u64, writer: &str, n: u64) -> String {
-    format!(
-        "{{\"type\":\"x-sessionfs/note\",\"seq\":{seq},\"time\":{},\"data\":{{\"writer\":{},\"n\":{n}}},\"ignorable\":true}}\n",
-        1_767_600_000_000u64 + seq,
-        json_str(writer)
-    )
 }
 
 /// `<project dir>/<encoded id>` of a session.

@@ -13,6 +13,7 @@
 
 #![allow(dead_code)]
 
+pub mod lines;
 pub mod oracle;
 
 use std::ffi::{CString, OsStr};
