@@ -1,4 +1,4 @@
-//! `sessionfs append ROOT ID` (issue 15): lines from stdin under the
+//! `sessionfs append ROOT ID`: lines from stdin under the
 //! store's write rules, run as the built binary. What it stores is read
 //! back with `zstd -dc` and the reference oracle; with a mount of the same
 //! root, lines appended by the command are read through the mount, and

@@ -2,7 +2,7 @@
 //! namespace operations (mkdir, unlink, rmdir, rename, setattr), with the
 //! refusals MOUNT.md asks for ("Appending", "Creating a session").
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -486,11 +486,6 @@ impl SessionFs {
         }
         self.getattr(ino)
     }
-
-    /// Names that the mount never lets a writer use, for the adapter.
-    pub fn is_store_owned(name: &OsStr) -> bool {
-        is_store_owned_name(name)
-    }
 }
 
 /// Appending writes for a shared file handle.
@@ -503,6 +498,3 @@ impl WriteAllAppend for &std::fs::File {
         std::io::Write::write_all(&mut self, data)
     }
 }
-
-#[allow(dead_code)]
-fn unused(_: OsString) {}

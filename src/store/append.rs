@@ -1,8 +1,9 @@
 //! Appending one batch of complete lines to a committed transcript.
 //!
 //! Source: FORMAT.md ("Writing": Append, Continuity) and MOUNT.md
-//! ("Appending"). Every append runs under an open-file-description lock
-//! (`F_OFD_SETLKW`) on the transcript, so appends from other handles,
+//! ("Appending"). Every append runs under an open-file-description write
+//! lock on the transcript (`F_OFD_SETLK`, polled until a deadline: see
+//! `lock_whole_file`), so appends from other handles,
 //! processes and mounts of the same root are serialized; under the lock
 //! the real tail is read again (frames another writer appended included),
 //! the batch is checked against it, written as one frame (or raw lines) at
@@ -104,7 +105,8 @@ pub fn append_batch(
 /// with another sessionfs writer. An empty batch writes nothing.
 ///
 /// Steps: open `path` for appending (never truncating); take the
-/// `F_OFD_SETLKW` write lock on the whole file; find the real end (walking
+/// open-file-description write lock on the whole file (`lock_whole_file`:
+/// `F_OFD_SETLK` polled until a deadline); find the real end (walking
 /// from `hint` when it still applies, else from the start) — a torn tail is
 /// re-read after [`TORN_TAIL_WAIT`]; compute the next `seq`; call `build`;
 /// check the batch; write it as one frame (zstd, one write call) or as the
@@ -130,7 +132,7 @@ pub fn append_with(
         .custom_flags(libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| StoreError::io("open for append", path, e))?;
-    lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLKW)", path, e))?;
+    lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLK)", path, e))?;
     let meta = file
         .metadata()
         .map_err(|e| StoreError::io("stat", path, e))?;
@@ -190,9 +192,13 @@ pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {
     fl.l_start = 0;
     fl.l_len = 0; // to the end of the file, however far it grows
     fl.l_pid = 0; // required for OFD locks
-                  // Polled with a deadline rather than F_OFD_SETLKW: a writer that holds
-                  // the lock forever (stopped, or a forked child that inherited it) must
-                  // not hang the mount's request threads.
+
+    // Polled with F_OFD_SETLK until a deadline rather than blocking in
+    // F_OFD_SETLKW: a blocked F_OFD_SETLKW ends only when the lock is
+    // released or a signal arrives, so a writer that holds the lock forever
+    // (stopped, or a forked child that inherited the descriptor) would hang
+    // the mount's request threads; polling bounds the wait without a timer
+    // thread or signals. The pause doubles from 1 ms up to 20 ms.
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut pause = std::time::Duration::from_millis(1);
     loop {
