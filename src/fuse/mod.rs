@@ -3,6 +3,8 @@
 
 mod adapter;
 pub mod fs;
+#[cfg(test)]
+mod fs_tests;
 mod fs_write;
 mod inode;
 mod run;
