@@ -7,8 +7,8 @@ mod common;
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{assert_errno, copy_tree, corpus_dir, is_mounted, Mount};
@@ -131,40 +131,6 @@ print("\n".join(seen))
     mount.stop();
 }
 
-/// A daemon started by hand, killed or stopped by its guard.
-struct Daemon(Option<Child>, PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if is_mounted(&self.1) {
-            let _ = Command::new("timeout")
-                .args(["10", "umount", "-l"])
-                .arg(&self.1)
-                .status();
-        }
-    }
-}
-
-fn start_daemon(args: &[&std::ffi::OsStr], mnt: &Path) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    Daemon(Some(child), mnt.to_path_buf())
-}
-
 fn wait_mounted(mnt: &Path, want: bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
@@ -181,25 +147,13 @@ fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
     let root = corpus_copy("normal");
     let mnt_dir = tempfile::tempdir().unwrap();
     let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
-    let args = |m: &Path| {
-        vec![
-            std::ffi::OsString::from("mount"),
-            root.path().as_os_str().into(),
-            m.as_os_str().into(),
-        ]
-    };
-    let first_args = args(&mnt);
-    let first_refs: Vec<&std::ffi::OsStr> = first_args.iter().map(|a| a.as_os_str()).collect();
-    let mut first = start_daemon(&first_refs, &mnt);
-    assert!(wait_mounted(&mnt, true), "first mount did not appear");
+    let mut first = Mount::start_at(root.path(), &mnt, &[]);
     // SIGKILL: no clean unmount; the mount point answers ENOTCONN.
-    let mut child = first.0.take().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    first.kill_daemon();
     // (A listing needs the daemon; a stat may be answered from the
     // kernel's attribute cache for a while.)
     assert_errno(fs::read_dir(&mnt), libc::ENOTCONN, "stale mount point");
-    let second = start_daemon(&first_refs, &mnt);
+    let second = Mount::start_at(root.path(), &mnt, &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let readable = loop {
         if fs::read_dir(&mnt).map(|d| d.count() > 0).unwrap_or(false) {
@@ -211,7 +165,7 @@ fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(readable, "the restarted mount does not serve the root");
-    drop(second);
+    second.stop();
     drop(first);
     assert!(wait_mounted(&mnt, false), "mount left behind");
 }
@@ -221,7 +175,7 @@ fn mount_helper_form_detaches_once_mounted() {
     let root = corpus_copy("normal");
     let mnt_dir = tempfile::tempdir().unwrap();
     let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
-    let guard = Daemon(None, mnt.clone());
+    let guard = common::WatchedMountPoint::new(&mnt);
     // Output captured through pipes: the detached daemon must not keep them
     // open, or this would wait until the unmount (the timeout).
     let started = Instant::now();

@@ -344,6 +344,70 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Aborts the FUSE connection of `path` if it is still in use once `limit`
+/// has passed without `done` being set, so that blocked calls fail with
+/// ENOTCONN instead of hanging the run.
+fn spawn_watchdog(path: PathBuf, limit: Duration, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        if !done.load(Ordering::SeqCst) && is_mounted(&path) {
+            eprintln!(
+                "watchdog: the mount at {} is still in use after {limit:?}; aborting its \
+                 FUSE connection so blocked calls fail with ENOTCONN",
+                path.display()
+            );
+            abort_fuse_connection(&path);
+        }
+    })
+}
+
+/// A mount point whose daemon the test did not start itself (the mount(8)
+/// helper form detaches one): watched by the same watchdog as [`Mount`],
+/// and detached on drop if still mounted.
+pub struct WatchedMountPoint {
+    path: PathBuf,
+    done: Arc<AtomicBool>,
+    watchdog: Option<thread::JoinHandle<()>>,
+}
+
+impl WatchedMountPoint {
+    /// Watches `path` (canonicalized) from now on.
+    pub fn new(path: &Path) -> WatchedMountPoint {
+        let path = fs::canonicalize(path).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let watchdog = spawn_watchdog(path.clone(), watchdog_duration(), done.clone());
+        WatchedMountPoint {
+            path,
+            done,
+            watchdog: Some(watchdog),
+        }
+    }
+}
+
+impl Drop for WatchedMountPoint {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if is_mounted(&self.path) {
+            abort_fuse_connection(&self.path);
+            if let Err(e) = umount_detach(&self.path) {
+                eprintln!(
+                    "WatchedMountPoint::drop: umount2({}, MNT_DETACH): {e}",
+                    self.path.display()
+                );
+            }
+        }
+        if let Some(w) = self.watchdog.take() {
+            let _ = w.join();
+        }
+    }
+}
+
 fn watchdog_duration() -> Duration {
     std::env::var("SESSIONFS_TEST_WATCHDOG_SECS")
         .ok()
@@ -379,6 +443,39 @@ impl Mount {
     /// `start`, with the watchdog set to abort the FUSE connection once the
     /// mount has been up for `limit` (for tests that legitimately run long).
     pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
+        let mnt_dir = tempfile::Builder::new()
+            .prefix("sessionfs-mnt-")
+            .tempdir()
+            .expect("create mount point");
+        let mnt_path = fs::canonicalize(mnt_dir.path()).unwrap();
+        Mount::start_on(root, Some(mnt_dir), mnt_path, extra_args, limit)
+    }
+
+    /// `start` on the existing directory `mnt` (kept on drop), for tests of
+    /// a mount point itself. Over a mount point left behind by a killed
+    /// daemon it returns at once (the stale mount is in mountinfo): wait
+    /// for the new daemon to serve before using it.
+    pub fn start_at(root: &Path, mnt: &Path, extra_args: &[&str]) -> Mount {
+        let mnt_path = fs::canonicalize(mnt).unwrap();
+        Mount::start_on(root, None, mnt_path, extra_args, watchdog_duration())
+    }
+
+    /// Kills the daemon with SIGKILL (no clean unmount: the mount point is
+    /// left behind, answering ENOTCONN) and reaps it. The watchdog keeps
+    /// watching the mount point; drop still detaches it.
+    pub fn kill_daemon(&mut self) {
+        let mut child = self.child.take().expect("daemon already stopped");
+        signal(&child, libc::SIGKILL);
+        let _ = child.wait();
+    }
+
+    fn start_on(
+        root: &Path,
+        mnt_dir: Option<TempDir>,
+        mnt_path: PathBuf,
+        extra_args: &[&str],
+        limit: Duration,
+    ) -> Mount {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: these tests need FUSE (load the `fuse` module or run \
@@ -395,11 +492,6 @@ impl Mount {
             );
         }
 
-        let mnt_dir = tempfile::Builder::new()
-            .prefix("sessionfs-mnt-")
-            .tempdir()
-            .expect("create mount point");
-        let mnt_path = fs::canonicalize(mnt_dir.path()).unwrap();
         let log_dir = tempfile::Builder::new()
             .prefix("sessionfs-log-")
             .tempdir()
@@ -438,7 +530,7 @@ impl Mount {
         let mut mount = Mount {
             child: Some(child),
             mnt_path,
-            mnt_dir: Some(mnt_dir),
+            mnt_dir,
             log_path,
             _log_dir: log_dir,
             done: done.clone(),
@@ -472,24 +564,7 @@ impl Mount {
             thread::sleep(Duration::from_millis(10));
         }
 
-        let path = mount.mnt_path.clone();
-        mount.watchdog = Some(thread::spawn(move || {
-            let deadline = Instant::now() + limit;
-            while Instant::now() < deadline {
-                if done.load(Ordering::SeqCst) {
-                    return;
-                }
-                thread::sleep(Duration::from_millis(50));
-            }
-            if !done.load(Ordering::SeqCst) {
-                eprintln!(
-                    "watchdog: the mount at {} is still in use after {limit:?}; aborting its \
-                     FUSE connection so blocked calls fail with ENOTCONN",
-                    path.display()
-                );
-                abort_fuse_connection(&path);
-            }
-        }));
+        mount.watchdog = Some(spawn_watchdog(mount.mnt_path.clone(), limit, done));
         mount
     }
 
@@ -667,4 +742,12 @@ pub fn expected_readraw_sha(case: &str, id: &str) -> String {
         .and_then(|s| s["readRaw"]["sha256"].as_str())
         .unwrap_or_else(|| panic!("{case}: no readRaw sha256 for {id}"))
         .to_string()
+}
+
+/// A reproducible random number generator (proptest's ChaCha) seeded with
+/// `seed`, for tests that need varied but repeatable sizes.
+pub fn seeded_rng(seed: u64) -> proptest::test_runner::TestRng {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes)
 }
