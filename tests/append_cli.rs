@@ -271,9 +271,50 @@ fn append_round_trips_with_a_mount_of_the_same_root() {
         &other_text,
     );
 
+    // The README's reliable Python writer: close() reports a refused
+    // (incomplete) last line, where a shell's `>>` would exit 0.
+    let incomplete = note(4, "py", 4);
+    let out = python_append(&view, incomplete.trim_end());
+    assert!(!out.status.success(), "python's close reported nothing");
+    assert!(
+        stderr(&out).contains("Invalid argument"),
+        "{}",
+        stderr(&out)
+    );
+    let out = python_append(&view, &incomplete);
+    assert!(out.status.success(), "{}", stderr(&out));
+    text += &incomplete;
+    wait_content(&view, &text);
+
     mnt.stop();
     assert_eq!(
         String::from_utf8(zstd_dc(&transcript(&root, SESSION_X))).unwrap(),
         text
     );
+}
+
+/// The README's Python writer: stdin appended through one descriptor,
+/// then an explicit close().
+fn python_append(file: &Path, input: &str) -> Output {
+    const PY: &str = "
+import sys
+f = open(sys.argv[1], 'ab', buffering=0)
+f.write(sys.stdin.buffer.read())
+f.close()
+";
+    let mut child = Command::new("timeout")
+        .args(["-k", "5", "30", "python3", "-c", PY])
+        .arg(file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
