@@ -2,6 +2,8 @@
 //! sessions, appends, refusals that leave the file byte-identical, the
 //! corpus replay against what the reference wrote, and concurrency.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -12,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::Rng;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use sessionfs::store::append::{append_batch, append_with, TailHint};
@@ -27,14 +29,7 @@ fn corpus() -> PathBuf {
 }
 
 fn header(id: &str, cwd: Option<&str>) -> Vec<u8> {
-    let mut fields = Map::new();
-    fields.insert("version".into(), 0.into());
-    fields.insert("id".into(), id.into());
-    fields.insert("createdAt".into(), 1_767_603_600_000u64.into());
-    if let Some(cwd) = cwd {
-        fields.insert("cwd".into(), cwd.into());
-    }
-    header_line_from_fields(&fields)
+    common::lines::header_line(id, cwd, 1_767_603_600_000).into_bytes()
 }
 
 fn ev(seq: u64, note: &str) -> String {

@@ -49,7 +49,7 @@ use tempfile::TempDir;
 use common::lines::{header_line, note};
 use common::oracle::{oracle_dir, oracle_session, run_oracle};
 use common::seeded_rng;
-use common::{assert_errno, copy_tree, corpus_dir, run, sha256_hex, zstd_dc, Mount};
+use common::{assert_errno, corpus_copy, corpus_dir, run, sha256_hex, zstd_dc, Mount};
 use proptest::prelude::Rng as _;
 
 const APP_CWD: &str = "/home/alice/work/app";
@@ -77,14 +77,6 @@ fn empty_root() -> (TempDir, PathBuf) {
     let tmp = tempdir("sessionfs-write-");
     let root = tmp.path().join("root");
     fs::create_dir(&root).unwrap();
-    (tmp, root)
-}
-
-/// A copy of a corpus case's root.
-fn copy_case(case: &str) -> (TempDir, PathBuf) {
-    let tmp = tempdir("sessionfs-write-");
-    let root = tmp.path().join("root");
-    copy_tree(&corpus_dir().join(case).join("root"), &root);
     (tmp, root)
 }
 
@@ -948,7 +940,7 @@ fn shell_refused(what: &str, script: &str, args: &[&OsStr]) {
 
 #[test]
 fn every_refusal_has_its_errno_and_changes_nothing() {
-    let (_tmp, root) = copy_case("unpacked");
+    let (_tmp, root) = corpus_copy("unpacked");
     let mnt = mount(&root, &[]);
     let rel = Path::new(APP).join("Session-A");
     let file = mnt.join(&rel).join(VIEW);
@@ -1606,7 +1598,7 @@ type RaceResult = (String, Result<(), Option<i32>>, Result<(), Option<i32>>);
 /// it returned 0").
 #[test]
 fn a_childs_close_does_not_swallow_the_owners_commit_error() {
-    let (_tmp, root) = copy_case("unpacked");
+    let (_tmp, root) = corpus_copy("unpacked");
     // A batch window longer than the test: only flush and fsync commit.
     let ma = mount(&root, &["--batch-ms", "60000"]);
     let mb = mount(&root, &["--batch-ms", "60000"]);
@@ -1811,7 +1803,7 @@ fn same_id_creation_races_between_two_mounts_have_one_winner() {
 
 #[test]
 fn tail_f_on_another_mount_sees_an_append_within_3_s() {
-    let (_tmp, root) = copy_case("unpacked");
+    let (_tmp, root) = corpus_copy("unpacked");
     let rel = Path::new(APP).join("clock-skew");
     let backing = root.join(&rel).join(ZSTD_NAME);
     let last = String::from_utf8(zstd_dc(&backing))

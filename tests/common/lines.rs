@@ -11,8 +11,14 @@ pub fn json_str(s: &str) -> String {
 /// (`type, version, id, createdAt, cwd, delegationDepth`); `cwd` omitted
 /// when `None` (a `_no-cwd` session).
 pub fn header_line(id: &str, cwd: Option<&str>, created_at: u64) -> String {
+    header_line_version(id, cwd, created_at, 0)
+}
+
+/// [`header_line`] with another format `version` (which readers refuse
+/// unless it is 0).
+pub fn header_line_version(id: &str, cwd: Option<&str>, created_at: u64, version: u64) -> String {
     let mut s = format!(
-        "{{\"type\":\"session\",\"version\":0,\"id\":{},\"createdAt\":{created_at}",
+        "{{\"type\":\"session\",\"version\":{version},\"id\":{},\"createdAt\":{created_at}",
         json_str(id)
     );
     if let Some(cwd) = cwd {

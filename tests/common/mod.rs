@@ -62,6 +62,18 @@ pub fn sha256_hex(data: &[u8]) -> String {
     s
 }
 
+/// A private copy of corpus case `case`'s root, as `(guard, TMP/root)`:
+/// tests never mount or write `../shared` itself.
+pub fn corpus_copy(case: &str) -> (TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("sessionfs-corpus-{case}-"))
+        .tempdir()
+        .expect("create a temporary directory");
+    let root = tmp.path().join("root");
+    copy_tree(&corpus_dir().join(case).join("root"), &root);
+    (tmp, root)
+}
+
 /// Copies the tree at `src` into `dst` (created if missing): directories
 /// (empty ones included), regular files and symbolic links (copied as links,
 /// never followed). Copies are made writable: directories 0755, files 0644
