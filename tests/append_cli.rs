@@ -6,41 +6,29 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::lines::{header_line, note};
 use common::oracle::{oracle_session, run_oracle};
-use common::{zstd_dc, Mount};
+use common::{run_with_stdin, zstd_dc, Mount};
 
 const SESSION_X: &str = "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
 const CSE_X: &str = "cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
 const CWD: &str = "/home/alice/work/app";
 const CREATED: u64 = 1_767_600_000_000;
 
-/// Runs `sessionfs append ROOT ID` with `input` on stdin (30 s at most).
+/// Runs `sessionfs append ROOT ID` with `input` on stdin.
 fn append(root: &Path, id: &str, input: &str) -> Output {
-    let mut child = Command::new("timeout")
-        .args(["-k", "5", "30"])
-        .arg(env!("CARGO_BIN_EXE_sessionfs"))
-        .arg("append")
-        .arg(root)
-        .arg(id)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    run_with_stdin(
+        env!("CARGO_BIN_EXE_sessionfs"),
+        [OsStr::new("append"), root.as_os_str(), OsStr::new(id)],
+        input.as_bytes(),
+    )
 }
 
 fn stderr(out: &Output) -> String {
@@ -302,19 +290,9 @@ f = open(sys.argv[1], 'ab', buffering=0)
 f.write(sys.stdin.buffer.read())
 f.close()
 ";
-    let mut child = Command::new("timeout")
-        .args(["-k", "5", "30", "python3", "-c", PY])
-        .arg(file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    run_with_stdin(
+        "python3",
+        [OsStr::new("-c"), OsStr::new(PY), file.as_os_str()],
+        input.as_bytes(),
+    )
 }

@@ -1507,24 +1507,11 @@ fn concurrent_writers_through_two_mounts_and_the_library() {
 /// `sessionfs append ROOT ID` with `lines` on stdin; panics unless it
 /// exits 0.
 fn cli_append(root: &Path, id: &str, lines: &str) {
-    let mut child = Command::new("timeout")
-        .args(["-k", "5", "30"])
-        .arg(env!("CARGO_BIN_EXE_sessionfs"))
-        .arg("append")
-        .arg(root)
-        .arg(id)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sessionfs append");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(lines.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_with_stdin(
+        env!("CARGO_BIN_EXE_sessionfs"),
+        [OsStr::new("append"), root.as_os_str(), OsStr::new(id)],
+        lines.as_bytes(),
+    );
     assert!(
         out.status.success(),
         "sessionfs append {id} failed ({}): {}",

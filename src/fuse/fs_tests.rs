@@ -338,6 +338,22 @@ struct MHandle {
     failed: Option<i32>,
 }
 
+impl MHandle {
+    /// A handle just opened: nothing pending, nothing failed.
+    fn new(fh: u64, writer: bool, append: bool) -> MHandle {
+        MHandle {
+            fh,
+            writer,
+            append,
+            pending: Vec::new(),
+            start: 0,
+            next: 0,
+            partial: Vec::new(),
+            failed: None,
+        }
+    }
+}
+
 /// The model of the transcript and its handles.
 #[derive(Debug, Default)]
 struct Model {
@@ -455,30 +471,12 @@ fn run_model(ops: &[Op]) -> Model {
                 let flags = libc::O_WRONLY | if append { libc::O_APPEND } else { 0 };
                 let (fh, writer) = f.fs.open(f.ino, flags).unwrap();
                 assert!(writer, "{ctx}");
-                m.handles.push(MHandle {
-                    fh,
-                    writer: true,
-                    append,
-                    pending: Vec::new(),
-                    start: 0,
-                    next: 0,
-                    partial: Vec::new(),
-                    failed: None,
-                });
+                m.handles.push(MHandle::new(fh, true, append));
             }
             Op::OpenReader => {
                 let (fh, writer) = f.fs.open(f.ino, libc::O_RDONLY).unwrap();
                 assert!(!writer, "{ctx}");
-                m.handles.push(MHandle {
-                    fh,
-                    writer: false,
-                    append: false,
-                    pending: Vec::new(),
-                    start: 0,
-                    next: 0,
-                    partial: Vec::new(),
-                    failed: None,
-                });
+                m.handles.push(MHandle::new(fh, false, false));
             }
             Op::Append { h, lines, cut } => {
                 let i = pick(h, &m).unwrap();
@@ -709,21 +707,26 @@ proptest! {
     }
 }
 
+/// `Op::Append` in the scenario tests.
+fn append(h: usize, lines: u8, cut: usize) -> Op {
+    Op::Append { h, lines, cut }
+}
+
+/// `Op::Read` in the scenario tests.
+fn read(h: usize, offset: u16, size: u16) -> Op {
+    Op::Read { h, offset, size }
+}
+
 /// Found by the generator: the model numbered a bad line from the
 /// committed tail rather than from the handle's own pending lines, so a
 /// "gap" line happened to continue them. Kept as a regression case.
 #[test]
 fn regression_a_bad_line_after_pending_batches() {
-    let append = |lines| Op::Append {
-        h: 0,
-        lines,
-        cut: 0,
-    };
     let m = run_model(&[
-        append(1),
-        append(2),
-        append(3),
-        append(2),
+        append(0, 1, 0),
+        append(0, 2, 0),
+        append(0, 3, 0),
+        append(0, 2, 0),
         Op::AppendBad { h: 0 },
     ]);
     // The first operation opened the writer; 2 + 3 + 2 lines are pending
@@ -744,28 +747,12 @@ fn scenario_a_read_commits_racing_batches() {
         Op::OpenWriter { append: true },
         Op::OpenWriter { append: false },
         Op::OpenReader,
-        Op::Append {
-            h: 0,
-            lines: 2,
-            cut: 5,
-        },
-        Op::Append {
-            h: 1,
-            lines: 1,
-            cut: 80,
-        },
-        Op::Read {
-            h: 2,
-            offset: 0,
-            size: 2000,
-        },
+        append(0, 2, 5),
+        append(1, 1, 80),
+        read(2, 0, 2000),
         Op::Fsync { h: 0 },
         Op::Fsync { h: 1 },
-        Op::Append {
-            h: 1,
-            lines: 1,
-            cut: 3,
-        },
+        append(1, 1, 3),
         Op::Flush { h: 1 },
         Op::Flush { h: 0 },
     ]);
@@ -784,18 +771,10 @@ fn scenario_a_partial_line_across_an_external_append() {
     let m = run_model(&[
         Op::OpenWriter { append: true },
         Op::OpenReader,
-        Op::Append {
-            h: 0,
-            lines: 1,
-            cut: 0,
-        },
+        append(0, 1, 0),
         Op::WritePartial { h: 0 },
         Op::External { lines: 2 },
-        Op::Read {
-            h: 1,
-            offset: 0,
-            size: 2000,
-        },
+        read(1, 0, 2000),
         Op::Flush { h: 0 },
         Op::Fsync { h: 0 },
         Op::Release { h: 0 },

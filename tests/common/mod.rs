@@ -146,12 +146,47 @@ where
     let out = c
         .output()
         .unwrap_or_else(|e| panic!("cannot run `timeout ... {cmd}`: {e}"));
+    fail_on_timeout(cmd, &out);
+    out
+}
+
+/// Panics when `timeout` ended `cmd` (exit status 124, or 137 after `-k`).
+fn fail_on_timeout(cmd: &str, out: &Output) {
     if out.status.code() == Some(124) || out.status.code() == Some(137) {
         panic!(
             "`{cmd}` timed out after {COMMAND_TIMEOUT_SECS} s; stderr:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `run` with `input` on the command's stdin (written from another thread,
+/// so a command that answers before reading all of it cannot block).
+pub fn run_with_stdin<I, S>(cmd: &str, args: I, input: &[u8]) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut child = Command::new("timeout")
+        .arg("-k")
+        .arg("5")
+        .arg(COMMAND_TIMEOUT_SECS.to_string())
+        .arg(cmd)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run `timeout ... {cmd}`: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = thread::spawn(move || {
+        // A command that exits without reading all of it closes the pipe.
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    fail_on_timeout(cmd, &out);
     out
 }
 
