@@ -385,6 +385,12 @@ impl Model {
         }
     }
 
+    /// The transcript's size as lookup and getattr report it: the committed
+    /// length (MOUNT.md, Attributes).
+    fn size(&self) -> u64 {
+        self.committed.len() as u64
+    }
+
     /// The handle's view of where a write must land.
     fn end_of(&self, i: usize) -> u64 {
         let h = &self.handles[i];
@@ -461,11 +467,11 @@ fn run_model(ops: &[Op]) -> Model {
                     f.fs.lookup(session.ino, OsStr::new("session.jsonl"))
                         .unwrap();
                 assert_eq!(view.ino, f.ino, "{ctx}: a lookup gives the same inode");
-                assert_eq!(view.size, m.committed.len() as u64, "{ctx}: size");
+                assert_eq!(view.size, m.size(), "{ctx}: size");
             }
             Op::Getattr => {
                 let a = f.fs.getattr(f.ino).unwrap();
-                assert_eq!(a.size, m.committed.len() as u64, "{ctx}: size");
+                assert_eq!(a.size, m.size(), "{ctx}: size");
             }
             Op::OpenWriter { append } => {
                 let flags = libc::O_WRONLY | if append { libc::O_APPEND } else { 0 };

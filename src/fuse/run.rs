@@ -299,6 +299,15 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
     let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout);
+    // Signals are caught before the mount exists: a SIGINT or SIGTERM that
+    // arrives while mounting ends the daemon through the clean unmount
+    // below, never by the default action, which would leave the mount
+    // point behind (ENOTCONN).
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| format!("cannot install the signal handler: {e}"))?;
+    }
     let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config).map_err(|e| {
         format!(
             "cannot mount {} on {}: {e}; mounting needs root (or fusermount3 and /dev/fuse access)",
@@ -336,11 +345,6 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
         config.cache_bytes
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .map_err(|e| format!("cannot install the signal handler: {e}"))?;
-    }
     while !stop.load(Ordering::Relaxed) && !background.guard.is_finished() {
         std::thread::sleep(POLL);
     }
