@@ -37,11 +37,7 @@ fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
     }
     // Even when the name exists on disk at the project level, it is not
     // looked for there; inside a session directory it is an ordinary name.
-    fs::write(
-        root.as_path().join("--home-alice-work-app--/.directory"),
-        b"x",
-    )
-    .unwrap();
+    fs::write(root.join("--home-alice-work-app--/.directory"), b"x").unwrap();
     assert_errno(
         fs::metadata(mount.join("--home-alice-work-app--/.directory")),
         libc::ENOENT,
@@ -67,20 +63,12 @@ fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
 fn readdir_returns_every_stable_entry_exactly_once_while_the_directory_changes() {
     let (_root_tmp, root) = corpus_copy("normal");
     let dir_rel = "--home-alice-work-app--/Session-A/many";
-    fs::create_dir(root.as_path().join(dir_rel)).unwrap();
+    fs::create_dir(root.join(dir_rel)).unwrap();
     for i in 0..3000 {
-        fs::write(
-            root.as_path().join(dir_rel).join(format!("stable-{i:05}")),
-            b"",
-        )
-        .unwrap();
+        fs::write(root.join(dir_rel).join(format!("stable-{i:05}")), b"").unwrap();
     }
     for i in 0..500 {
-        fs::write(
-            root.as_path().join(dir_rel).join(format!("doomed-{i:05}")),
-            b"",
-        )
-        .unwrap();
+        fs::write(root.join(dir_rel).join(format!("doomed-{i:05}")), b"").unwrap();
     }
     let mount = Mount::start(root.as_path(), &[]);
     let dir = mount.join(dir_rel);
@@ -220,9 +208,9 @@ fn symlinks_at_the_root_and_project_levels_are_not_followed() {
     let outside = tempfile::tempdir().unwrap();
     fs::write(outside.path().join("keep.txt"), b"outside").unwrap();
     let (_root_tmp, root) = corpus_copy("normal");
-    std::os::unix::fs::symlink(outside.path(), root.as_path().join("--escape--")).unwrap();
-    std::os::unix::fs::symlink("..", root.as_path().join("--home-alice-work-app--/loop")).unwrap();
-    std::os::unix::fs::symlink(".", root.as_path().join("--home-alice-work-app--/self")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("--escape--")).unwrap();
+    std::os::unix::fs::symlink("..", root.join("--home-alice-work-app--/loop")).unwrap();
+    std::os::unix::fs::symlink(".", root.join("--home-alice-work-app--/self")).unwrap();
     let mount = Mount::start(root.as_path(), &[]);
     let top: Vec<String> = common::list_dir(mount.path())
         .into_iter()
@@ -247,7 +235,6 @@ fn symlinks_at_the_root_and_project_levels_are_not_followed() {
         "remove through a link",
     );
     assert!(root
-        .as_path()
         .join("--home-alice-work-app--/Session-A/session.jsonl.zstd")
         .exists());
     assert_eq!(
@@ -275,7 +262,7 @@ fn sigterm_commits_lines_waiting_in_the_batch_window() {
     // The descriptor stays open: only the signal can commit the line.
     let log = mount.stop();
     drop(f);
-    let stored = common::zstd_dc(&root.as_path().join("--root--/cwd-root/session.jsonl.zstd"));
+    let stored = common::zstd_dc(&root.join("--root--/cwd-root/session.jsonl.zstd"));
     assert!(
         String::from_utf8_lossy(&stored).ends_with(&line),
         "the pending line was lost at SIGTERM; log:\n{log}"
@@ -287,9 +274,7 @@ fn sigterm_commits_lines_waiting_in_the_batch_window() {
 #[test]
 fn a_transcript_rewritten_in_place_is_read_afresh() {
     let (_root_tmp, root) = corpus_copy("normal");
-    let target = root
-        .as_path()
-        .join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
+    let target = root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
     let mount = Mount::start(root.as_path(), &[]);
     let view = mount.join("--home-alice-work-app--/Session-A/session.jsonl");
     let before = fs::read(&view).unwrap();
@@ -337,7 +322,7 @@ fn a_transcript_rewritten_in_place_is_read_afresh() {
 #[test]
 fn files_created_by_another_user_belong_to_them() {
     let (_root_tmp, root) = corpus_copy("normal");
-    let dir = root.as_path().join("--home-alice-work-app--/Session-A");
+    let dir = root.join("--home-alice-work-app--/Session-A");
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let mount = Mount::start(root.as_path(), &["--allow-other"]);
     let file = mount.join("--home-alice-work-app--/Session-A/mine.txt");
@@ -373,7 +358,7 @@ fn files_created_by_another_user_belong_to_them() {
 #[test]
 fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
     let (_root_tmp, root) = corpus_copy("normal");
-    let base = root.as_path().join("--home-alice-work-app--");
+    let base = root.join("--home-alice-work-app--");
     fs::create_dir_all(base.join("is-dir/session.jsonl.zstd")).unwrap();
     fs::create_dir(base.join("is-fifo")).unwrap();
     let fifo = std::ffi::CString::new(
@@ -395,7 +380,7 @@ fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
 #[test]
 fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
     let (_root_tmp, root) = corpus_copy("normal");
-    let inside = root.as_path().join("--mnt--");
+    let inside = root.join("--mnt--");
     fs::create_dir(&inside).unwrap();
     let link_dir = tempfile::tempdir().unwrap();
     let link = link_dir.path().join("root-link");
@@ -424,7 +409,7 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
                 root.as_path().as_os_str().to_owned(),
                 mnt.into_os_string(),
                 "--index-cache".into(),
-                root.as_path().join("cache").into_os_string(),
+                root.join("cache").into_os_string(),
             ]
         },
     ] {
@@ -436,6 +421,6 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("inside the session root"));
-        assert!(!root.as_path().join("cache").exists());
+        assert!(!root.join("cache").exists());
     }
 }
