@@ -540,27 +540,10 @@ fn a_failed_write_is_truncated_back() {
     let before = fs::read(&path).unwrap();
     // The child gets its own stdout and stderr (pipes): its RLIMIT_FSIZE
     // would otherwise also limit an inherited stdout redirected to a file.
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_failed_write_is_truncated_back",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD, &path)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let report = format!(
-        "child: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{report}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "the child ran the test: {report}"
+    common::run_test_in_child(
+        "a_failed_write_is_truncated_back",
+        false,
+        &[(CHILD, path.as_os_str())],
     );
     assert_eq!(fs::read(&path).unwrap(), before);
     // And the transcript still takes appends.

@@ -1683,37 +1683,12 @@ fn a_childs_close_does_not_swallow_the_owners_commit_error() {
 /// own, so that round would not be a race at all.
 #[test]
 fn same_id_creation_races_between_two_mounts_have_one_winner() {
-    run_test_alone("same_id_creation_races_in_a_process_of_their_own");
-}
-
-/// Runs the ignored test `name` of this binary alone in a new process and
-/// fails with its output unless it ran and passed.
-fn run_test_alone(name: &str) {
-    let out = Command::new("timeout")
-        .args(["-k", "5", "600"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            name,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let report = format!(
-        "{name}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let log = common::run_test_in_child(
+        "same_id_creation_races_in_a_process_of_their_own",
+        true,
+        &[],
     );
-    assert!(out.status.success(), "{report}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "{name} did not run: {report}"
-    );
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    eprint!("{log}");
 }
 
 /// The body of [`same_id_creation_races_between_two_mounts_have_one_winner`].

@@ -150,6 +150,38 @@ where
     out
 }
 
+/// Runs the test `name` of the running test binary alone in a new process
+/// (10 minutes at most), with `env` set and `--ignored` when `ignored`;
+/// the child has its own stdout and stderr (pipes). Panics with the
+/// child's output unless it ran exactly that test and it passed; returns
+/// the child's stderr.
+pub fn run_test_in_child(name: &str, ignored: bool, env: &[(&str, &OsStr)]) -> String {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", "600"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::null());
+    if ignored {
+        cmd.arg("--ignored");
+    }
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = format!(
+        "{name} in a child process: {}\n{}{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(out.status.success(), "{report}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "{name} did not run in the child: {report}"
+    );
+    stderr
+}
+
 /// Panics when `timeout` ended `cmd` (exit status 124, or 137 after `-k`).
 fn fail_on_timeout(cmd: &str, out: &Output) {
     if out.status.code() == Some(124) || out.status.code() == Some(137) {
