@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Measures P1-P4 and P6 of issue 3 against their baselines.
+"""Measures the read-path speed goals against their baselines: P1 tail of a
+large transcript, P2 cat speed, P3 first stat, P4 find over many sessions,
+P6 daemon peak RSS.
 
 Called by scripts/bench.sh as: bench.py SESSIONFS_BINARY WORK_DIR, where
 WORK_DIR holds big/ (one large transcript) and many/ (10,000 sessions).

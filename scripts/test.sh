@@ -50,20 +50,29 @@ if [ ! -d ../shared/corpus ]; then
   exit 1
 fi
 
-# Run everything, then print one closing line with the totals over all test
-# binaries (cargo prints one summary per binary, and the last one may be a
-# binary with no tests).
+# Run every test binary even when one fails (--no-fail-fast: one failure
+# must not hide whole suites), then print one closing line with the totals
+# over all test binaries (cargo prints one summary per binary) and name the
+# binaries that failed, including any that died without a summary.
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 set +e
-{ cargo test --doc && cargo test --all-targets "$@"; } 2>&1 | tee "$out"
-status=${PIPESTATUS[0]}
+cargo test --no-fail-fast --all-targets "$@" 2>&1 | tee "$out"
+status_targets=${PIPESTATUS[0]}
+cargo test --no-fail-fast --doc 2>&1 | tee -a "$out"
+status_doc=${PIPESTATUS[0]}
 set -e
 count() {
   awk -v word="$1" '/^test result:/ {
     for (i = 2; i <= NF; i++) if ($i == word ";" || $i == word) n += $(i - 1)
   } END { print n + 0 }' "$out"
 }
+binaries=$(grep -cE '^ +(Running|Doc-tests) ' "$out" || true)
+summaries=$(grep -c '^test result:' "$out" || true)
+failed_binaries=$(grep -oE 'to rerun pass `[^`]*`' "$out" | sed -E 's/to rerun pass `(.*)`/\1/' | sort -u | paste -sd, - || true)
 echo
-echo "tests: $(count passed) passed, $(count failed) failed, $(count ignored) skipped"
-exit "$status"
+echo "tests: $(count passed) passed, $(count failed) failed, $(count ignored) skipped (#[ignore]), $(count filtered) filtered out; $binaries test binaries, $((binaries - summaries)) without a summary (crashed or not run)"
+if [ "$status_targets" -ne 0 ] || [ "$status_doc" -ne 0 ]; then
+  echo "test.sh: FAILED (cargo test exit status $status_targets, doc tests $status_doc)${failed_binaries:+; failed: $failed_binaries}" >&2
+  exit 1
+fi

@@ -5,6 +5,7 @@
 //! [`IdentityRoot`] (IDENTITY.md §1) and never looks at the process's
 //! current directory afterwards.
 
+mod append;
 mod check;
 mod dates;
 mod find;
@@ -129,6 +130,12 @@ Examples:
 {EXIT_CODES}"))]
     Cat(find::IdArgs),
 
+    /// Append JSONL lines from stdin to the session ID (or create the
+    /// session ID when none has it: the first line is then its header),
+    /// under the same rules as a write through the mount.
+    #[command(after_help = append::AFTER_HELP)]
+    Append(find::IdArgs),
+
     /// Print the project directory name (`--<key>--`) of a cwd, as the
     /// store derives it. PATH is used as given: not resolved, not
     /// normalized.
@@ -224,6 +231,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::List(args) => list::run(args),
         Command::Locate(args) => find::locate(args),
         Command::Cat(args) => find::cat(args),
+        Command::Append(args) => append::run(&args.root, &args.id, &mut std::io::stdin().lock()),
         Command::Key(args) => key::run(args),
         Command::Check(args) => check::run(args),
     };

@@ -428,7 +428,8 @@ impl SessionFs {
             Node::Transcript { project, session } if writing => {
                 if flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
                     log::warn!(
-                        "open of {}/{}/session.jsonl with O_TRUNC refused: transcripts are                          append-only; use >> (O_APPEND) to add lines",
+                        "open of {}/{}/session.jsonl with O_TRUNC refused: transcripts are \
+                         append-only; use >> (O_APPEND) to add lines",
                         project.to_string_lossy(),
                         session.to_string_lossy()
                     );

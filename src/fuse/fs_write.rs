@@ -2,7 +2,7 @@
 //! namespace operations (mkdir, unlink, rmdir, rename, setattr), with the
 //! refusals MOUNT.md asks for ("Appending", "Creating a session").
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -144,7 +144,7 @@ impl SessionFs {
     /// the request carries O_APPEND.
     ///
     /// Errors: EBADF; the writer's errors (EPERM, EINVAL; see
-    /// [`Writer::write`]); the I/O error of a passed-through file.
+    /// `Writer::write`); the I/O error of a passed-through file.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], append: bool) -> FsResult<u32> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
@@ -211,7 +211,7 @@ impl SessionFs {
     /// descriptor): errors the writer must see are returned here, because
     /// `release` reaches no one.
     ///
-    /// Errors: see [`Writer::flush`].
+    /// Errors: see `Writer::flush`.
     pub fn flush(&self, fh: u64) -> FsResult<()> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         if let Some(Handle::Writer(w)) = handle {
@@ -224,7 +224,7 @@ impl SessionFs {
 
     /// Commits a writer's pending lines (fsync); syncs a passed-through file.
     ///
-    /// Errors: see [`Writer::fsync`]; the I/O error of `fsync(2)`.
+    /// Errors: see `Writer::fsync`; the I/O error of `fsync(2)`.
     pub fn fsync(&self, fh: u64) -> FsResult<()> {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
@@ -563,10 +563,6 @@ impl SessionFs {
         Ok(())
     }
 
-    /// Names that the mount never lets a writer use, for the adapter.
-    pub fn is_store_owned(name: &OsStr) -> bool {
-        is_store_owned_name(name)
-    }
 }
 
 /// Appending writes for a shared file handle.
@@ -579,6 +575,3 @@ impl WriteAllAppend for &std::fs::File {
         std::io::Write::write_all(&mut self, data)
     }
 }
-
-#[allow(dead_code)]
-fn unused(_: OsString) {}

@@ -4,6 +4,8 @@
 mod adapter;
 mod crash_hook;
 pub mod fs;
+#[cfg(test)]
+mod fs_tests;
 mod fs_write;
 mod fusermount;
 mod inode;

@@ -16,11 +16,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::store::append::{append_with_options, TailHint};
-use crate::store::lines::SeqCursor;
-use crate::store::naming::{decode_id, project_dir_name};
-use crate::store::publish::publish_session;
-use crate::store::{Store, StoreError};
+use crate::store::session_writer::{drops_batch, Commit, SessionWriter};
+use crate::store::Store;
 
 use super::fs::{FsError, FsResult};
 
@@ -35,22 +32,16 @@ const COMMIT_AT_BYTES: usize = 4 << 20;
 
 /// The pending state of one writing handle.
 struct Pending {
-    /// Complete lines accepted but not yet committed.
-    lines: Vec<u8>,
+    /// The store's write policy for this session: the complete lines
+    /// accepted and not committed, and the `seq` cursor after them.
+    session: SessionWriter,
     /// An incomplete last line, waiting for the rest of it.
     partial: Vec<u8>,
-    /// `seq` continuity after the committed tail and `lines`.
-    cursor: SeqCursor,
     /// When the oldest uncommitted line arrived (the batch window's start).
     since: Option<Instant>,
     /// An error the next write, flush or fsync reports (a batch dropped or
     /// a commit failed in the background).
     failed: Option<i32>,
-    /// Whether the transcript exists on disk (else the first commit
-    /// publishes a new session).
-    published: bool,
-    /// Where the last append ended, so the next one walks only new frames.
-    hint: Option<TailHint>,
 }
 
 /// One open, writable `session.jsonl`.
@@ -72,17 +63,12 @@ pub enum Committed {
     Batch,
 }
 
-fn einval(what: String) -> FsError {
-    log::warn!("{what}");
-    FsError::Errno(libc::EINVAL)
-}
-
 impl Writer {
     /// A writer for `project/session`'s transcript. The committed tail is
     /// read now so that lines can be checked as they arrive.
     ///
     /// Errors: the store's error when the existing transcript cannot be
-    /// validated or continued.
+    /// validated or continued ([`SessionWriter::open`]).
     pub fn open(
         store: &Store,
         ino: u64,
@@ -90,24 +76,18 @@ impl Writer {
         session: OsString,
         append_only: bool,
     ) -> FsResult<Writer> {
-        let (cursor, published) = match store.transcript(&project, &session) {
-            Ok(t) => (SeqCursor::after(t.next_seq()?), true),
-            Err(StoreError::NotFound { .. }) => (SeqCursor::new_session(), false),
-            Err(e) => return Err(e.into()),
-        };
+        let writer = SessionWriter::open(store, &project, &session)?
+            .with_commit_options(super::crash_hook::commit_options());
         Ok(Writer {
             ino,
             project,
             session,
             append_only,
             pending: Mutex::new(Pending {
-                lines: Vec::new(),
+                session: writer,
                 partial: Vec::new(),
-                cursor,
                 since: None,
                 failed: None,
-                published,
-                hint: None,
             }),
         })
     }
@@ -119,7 +99,7 @@ impl Writer {
 
     /// Whether this writer has not yet published its new session.
     pub fn is_unpublished(&self) -> bool {
-        !self.pending.lock().published
+        !self.pending.lock().session.is_published()
     }
 
     /// Accepts `data` written at `offset` (ignored for O_APPEND handles or
@@ -128,9 +108,10 @@ impl Writer {
     ///
     /// Errors: EPERM for a write that is not at the end (inside committed
     /// data or past it); EINVAL when a complete line is not one valid JSON
-    /// object continuing `seq` (nothing is taken), or when an earlier batch
-    /// of this handle was dropped; a commit's error when the batch window
-    /// is 0.
+    /// object continuing `seq` or a header not naming this directory
+    /// ([`SessionWriter::accept`]; nothing is taken), or when an earlier
+    /// batch of this handle was dropped; EFBIG for a line over 16 MiB; a
+    /// commit's error when the batch window is 0.
     pub fn write(
         &self,
         store: &Store,
@@ -144,7 +125,7 @@ impl Writer {
         if let Some(errno) = p.failed.take() {
             return Err(FsError::Errno(errno));
         }
-        let end = committed_len + (p.lines.len() + p.partial.len()) as u64;
+        let end = committed_len + (p.session.pending().len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
             log::warn!(
                 "write to {}/session.jsonl at offset {offset} refused: the transcript is \
@@ -167,68 +148,32 @@ impl Writer {
             p.partial.extend_from_slice(data);
             return Ok(data.len() as u32);
         };
-        if p.lines.is_empty() && p.published {
-            // Nothing of ours is pending: check against the transcript's
-            // tail as it is now, which other writers may have moved (a
-            // logger holding its descriptor for hours must keep working).
-            let t = store.transcript(&self.project, &self.session)?;
-            p.cursor = SeqCursor::after(t.next_seq()?);
-        }
-        let mut joined = Vec::with_capacity(p.partial.len() + data.len());
-        joined.extend_from_slice(&p.partial);
-        joined.extend_from_slice(data);
-        let cut = p.partial.len() + last_newline + 1;
-        let (complete, rest) = joined.split_at(cut);
-        if rest.len() > MAX_LINE_BYTES {
+        let cut = last_newline + 1;
+        if data.len() - cut > MAX_LINE_BYTES {
             return Err(FsError::Errno(libc::EFBIG));
         }
-        let mut cursor = p.cursor;
-        let checked = cursor.check_batch(complete).map_err(|e| {
-            einval(format!(
-                "write to {}/session.jsonl refused: {}",
-                self.session_dir().display(),
-                e.into_store(
-                    &store
-                        .backing_path(&self.session_dir())
-                        .join(store.encoding().file_name())
-                ),
-            ))
-        })?;
-        if let Some(header) = &checked.header {
-            self.check_header(store, &header.id, header.cwd.as_deref())?;
+        let mut complete = std::mem::take(&mut p.partial);
+        complete.extend_from_slice(&data[..cut]);
+        if let Err(e) = p.session.accept(store, &complete) {
+            log::warn!(
+                "write to {}/session.jsonl refused: {e}",
+                self.session_dir().display()
+            );
+            complete.truncate(complete.len() - cut);
+            p.partial = complete;
+            return Err(e.into());
         }
-        p.lines.extend_from_slice(complete);
-        p.partial = rest.to_vec();
-        p.cursor = cursor;
-        if !p.lines.is_empty() && p.since.is_none() {
+        p.partial = data[cut..].to_vec();
+        if p.since.is_none() {
             p.since = Some(Instant::now());
         }
-        if batch_window.is_zero() || p.lines.len() >= COMMIT_AT_BYTES {
+        if batch_window.is_zero() || p.session.pending().len() >= COMMIT_AT_BYTES {
             if let Err(e) = self.commit_locked(store, &mut p) {
                 p.failed = None; // reported here
                 return Err(e);
             }
         }
         Ok(data.len() as u32)
-    }
-
-    /// A new session's header must name this directory: its id decodes
-    /// from the directory name and its cwd derives the project directory.
-    fn check_header(&self, store: &Store, id: &str, cwd: Option<&str>) -> FsResult<()> {
-        let dir_id = decode_id(&self.session.to_string_lossy()).ok();
-        let project = project_dir_name(cwd).ok();
-        if dir_id.as_deref() != Some(id)
-            || project.as_deref().map(OsString::from) != Some(self.project.clone())
-        {
-            return Err(einval(format!(
-                "header refused for {}: its id {id:?} and cwd {cwd:?} identify {}/{}, not this \
-                 directory; write the header of this session (id = the directory's decoded name)",
-                store.backing_path(&self.session_dir()).display(),
-                project.unwrap_or_default(),
-                crate::store::naming::encode_id(id).unwrap_or_default(),
-            )));
-        }
-        Ok(())
     }
 
     /// Commits what is pending (fsync).
@@ -264,12 +209,13 @@ impl Writer {
         }
         let committed = self.commit_locked(store, &mut p)?;
         if !p.partial.is_empty() {
-            return Err(einval(format!(
+            log::warn!(
                 "close of {}/session.jsonl with an incomplete last line ({} bytes without a \
                  final newline); it is not stored: end every line with \\n",
                 self.session_dir().display(),
                 p.partial.len()
-            )));
+            );
+            return Err(FsError::Errno(libc::EINVAL));
         }
         Ok(committed)
     }
@@ -283,7 +229,7 @@ impl Writer {
             Err(e) => {
                 log::error!(
                     "{} uncommitted bytes of {}/session.jsonl lost at release: errno {}",
-                    p.lines.len(),
+                    p.session.pending().len(),
                     self.session_dir().display(),
                     e.errno()
                 );
@@ -317,7 +263,7 @@ impl Writer {
     /// complete lines, then the incomplete last line.
     pub fn pending_bytes(&self) -> Vec<u8> {
         let p = self.pending.lock();
-        let mut out = p.lines.clone();
+        let mut out = p.session.pending().to_vec();
         out.extend_from_slice(&p.partial);
         out
     }
@@ -326,7 +272,7 @@ impl Writer {
     /// not yet committed (an incomplete last line is not counted): what
     /// this handle adds to the transcript's size (MOUNT.md, Attributes).
     pub fn pending_complete_len(&self) -> u64 {
-        self.pending.lock().lines.len() as u64
+        self.pending.lock().session.pending().len() as u64
     }
 
     /// Commits when the batch window has expired; an error is kept for the
@@ -346,80 +292,30 @@ impl Writer {
         }
     }
 
+    /// Commits the handle's batch through the store's [`SessionWriter`]
+    /// (which applies the drop policy); a dropped batch is recorded for the
+    /// handle's next write, flush or fsync, a kept one restarts the window.
     fn commit_locked(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
-        if p.lines.is_empty() {
-            return Ok(Committed::Nothing);
-        }
-        let batch = std::mem::take(&mut p.lines);
         p.since = None;
-        let result = if p.published {
-            self.append(store, p, &batch)
-        } else {
-            self.publish(store, p, &batch)
-        };
-        match result {
-            Ok(()) => Ok(Committed::Batch),
-            Err(
-                e @ (StoreError::SeqConflict { .. }
-                | StoreError::InvalidLine { .. }
-                | StoreError::AlreadyExists { .. }),
-            ) => {
-                // Another writer got there first: the batch is dropped whole
-                // and the handle continues from the real tail.
+        match p.session.commit(store) {
+            Ok(Commit::Nothing) => Ok(Committed::Nothing),
+            Ok(_) => Ok(Committed::Batch),
+            Err(e) if drops_batch(&e) => {
                 log::warn!(
                     "batch of {}/session.jsonl dropped: {e}",
                     self.session_dir().display()
                 );
                 p.failed = Some(e.errno());
-                if let Ok(t) = store.transcript(&self.project, &self.session) {
-                    if let Ok(next) = t.next_seq() {
-                        p.cursor = SeqCursor::after(next);
-                        p.published = true;
-                    }
-                }
-                Err(FsError::Errno(e.errno()))
+                Err(e.into())
             }
             Err(e) => {
-                // The write failed and was rolled back: keep the batch, so
-                // that the writer's retry (fsync) commits it.
                 log::warn!(
                     "commit of {}/session.jsonl failed: {e}",
                     self.session_dir().display()
                 );
-                let mut restored = batch;
-                restored.extend_from_slice(&p.lines);
-                p.lines = restored;
                 p.since = Some(Instant::now());
                 Err(e.into())
             }
         }
-    }
-
-    fn append(&self, store: &Store, p: &mut Pending, batch: &[u8]) -> Result<(), StoreError> {
-        let path = store
-            .backing_path(&self.session_dir())
-            .join(store.encoding().file_name());
-        let opts = super::crash_hook::commit_options();
-        let outcome =
-            append_with_options(&path, store.encoding(), p.hint.as_ref(), &opts, |tail| {
-                // Re-checked under the lock against the real tail.
-                SeqCursor::after(tail.next_seq)
-                    .check_batch(batch)
-                    .map_err(|e| e.into_store(&path))?;
-                Ok(batch.to_vec())
-            })?;
-        p.hint = Some(outcome.hint);
-        Ok(())
-    }
-
-    fn publish(&self, store: &Store, p: &mut Pending, batch: &[u8]) -> Result<(), StoreError> {
-        let (header, rest) = match batch.iter().position(|&b| b == b'\n') {
-            Some(i) => batch.split_at(i + 1),
-            None => (batch, &[][..]),
-        };
-        publish_session(store.root(), store.encoding(), header, rest)?;
-        p.published = true;
-        p.hint = None;
-        Ok(())
     }
 }

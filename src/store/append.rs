@@ -168,6 +168,18 @@ pub struct CommitOptions {
     pub hooks: Option<Arc<CommitHooks>>,
 }
 
+impl std::fmt::Debug for CommitOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitOptions")
+            .field("lease", &self.lease)
+            .field("protocol", &self.protocol)
+            .field("holder", &self.holder)
+            .field("quarantine", &self.quarantine)
+            .field("hooks", &self.hooks.is_some())
+            .finish()
+    }
+}
+
 /// Appends `batch` (complete lines) to the transcript at `path`, after
 /// `expected` has approved the tail read under the lock (it may, say,
 /// refuse a tail that moved since the caller last looked). The batch is

@@ -25,6 +25,7 @@ pub mod lines;
 pub mod naming;
 pub mod publish;
 pub mod quarantine;
+pub mod session_writer;
 pub mod tail;
 pub mod transcript;
 
@@ -40,6 +41,7 @@ use parking_lot::Mutex;
 pub use cache::{FrameCache, DEFAULT_CACHE_BYTES};
 pub use error::{Result, StoreError};
 pub use header::Header;
+pub use session_writer::{Commit, SessionWriter};
 pub use transcript::{Encoding, Transcript, TranscriptAttr};
 
 /// Name of the decompressed view of a transcript inside a session directory.
@@ -152,7 +154,7 @@ pub fn is_foreign_transcript_name(name: &OsStr) -> bool {
         && b != b"session.jsonl.zstd"
 }
 
-fn kind_of(path: &Path, file_type: fs::FileType) -> Option<EntryKind> {
+fn kind_of(file_type: fs::FileType) -> Option<EntryKind> {
     if file_type.is_dir() {
         Some(EntryKind::Dir)
     } else if file_type.is_file() {
@@ -160,7 +162,6 @@ fn kind_of(path: &Path, file_type: fs::FileType) -> Option<EntryKind> {
     } else if file_type.is_symlink() {
         Some(EntryKind::Symlink)
     } else {
-        let _ = path;
         None
     }
 }
@@ -174,7 +175,7 @@ fn read_dir_kinds(dir: &Path) -> Result<Vec<(OsString, EntryKind)>> {
         let Ok(file_type) = entry.file_type() else {
             continue;
         };
-        if let Some(kind) = kind_of(&entry.path(), file_type) {
+        if let Some(kind) = kind_of(file_type) {
             out.push((entry.file_name(), kind));
         }
     }
@@ -338,7 +339,7 @@ impl Store {
         }
         self.check_duplicates(project, session)?;
         let transcript = self.open_transcript(&path)?;
-        self.check_placement(&transcript, project, session)?;
+        self.check_placement(&transcript.header(), project, session, transcript.path())?;
         Ok(transcript)
     }
 
@@ -412,22 +413,35 @@ impl Store {
         })
     }
 
-    /// The header's id and cwd must derive the path the transcript was
-    /// found at (FORMAT.md, Identity rules).
-    fn check_placement(&self, t: &Transcript, project: &OsStr, session: &OsStr) -> Result<()> {
-        let header = t.header();
+    /// The one placement check of the store (FORMAT.md, Identity rules):
+    /// `header`'s id must encode to `session` and its cwd derive `project`
+    /// (`_no-cwd` when absent). `path` names the transcript concerned, for
+    /// the error. Used when a transcript is read ([`Store::transcript`]) and
+    /// when a header is written ([`session_writer::SessionWriter`], which
+    /// reports the same failure as an invalid line 1).
+    ///
+    /// Errors: [`StoreError::HeaderLess`] when the id or cwd cannot name a
+    /// storage path (the empty id); [`StoreError::Misplaced`] (its
+    /// `expected` is the transcript path the header derives) otherwise.
+    pub fn check_placement(
+        &self,
+        header: &Header,
+        project: &OsStr,
+        session: &OsStr,
+        path: &Path,
+    ) -> Result<()> {
         let (Ok(project_name), Ok(session_name)) = (
             naming::project_dir_name(header.cwd.as_deref()),
             naming::encode_id(&header.id),
         ) else {
             return Err(StoreError::header_less(
-                t.path(),
+                path,
                 "header id or cwd cannot name a storage path",
             ));
         };
         if project_name.as_str() != project || session_name.as_str() != session {
             return Err(StoreError::Misplaced {
-                path: t.path().to_path_buf(),
+                path: path.to_path_buf(),
                 expected: self
                     .root
                     .join(project_name)

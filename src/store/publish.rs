@@ -22,12 +22,12 @@ use super::error::{Result, StoreError};
 use super::frame::encode_frame;
 use super::header::{Header, HEADER_KEY_ORDER};
 use super::lines::{split_complete, SeqCursor};
-use super::naming::{check_creatable_id, encode_id, project_dir_name};
+use super::naming::{check_creatable_id, project_dir_name};
 use super::transcript::Encoding;
 
 /// `renameat2` flag: fail with EEXIST instead of replacing the target
-/// (`linux/fs.h`; not exported by the libc crate for Linux).
-const RENAME_NOREPLACE: libc::c_uint = 1;
+/// (`linux/fs.h`, as the libc crate exports it).
+const RENAME_NOREPLACE: libc::c_uint = libc::RENAME_NOREPLACE;
 
 /// How a new transcript is published without ever replacing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,46 +97,6 @@ pub fn plan_session(root: &Path, encoding: Encoding, line: &[u8]) -> Result<Sess
         dir,
         path,
     })
-}
-
-/// Checks that `header` belongs in the session directory `session` of the
-/// project directory `project` (as the mount names them): its id encodes
-/// to `session` and its cwd derives `project` (`_no-cwd` when absent).
-/// `path` names the transcript being written, for the error.
-///
-/// Errors: [`StoreError::InvalidLine`] (line 1, EINVAL) saying which.
-pub fn check_header_location(
-    path: &Path,
-    header: &Header,
-    project: &OsStr,
-    session: &OsStr,
-) -> Result<()> {
-    let invalid = |reason: String| StoreError::InvalidLine {
-        path: path.to_path_buf(),
-        line: 1,
-        reason,
-    };
-    let id_dir = encode_id(&header.id).map_err(|e| invalid(e.to_string()))?;
-    if id_dir.as_bytes() != session.as_bytes() {
-        return Err(invalid(format!(
-            "the header id {:?} belongs in session directory {id_dir:?}, not {:?}",
-            header.id,
-            session.to_string_lossy()
-        )));
-    }
-    let project_dir =
-        project_dir_name(header.cwd.as_deref()).map_err(|e| invalid(e.to_string()))?;
-    if project_dir.as_bytes() != project.as_bytes() {
-        let cwd = match &header.cwd {
-            Some(cwd) => format!("cwd {cwd:?}"),
-            None => "absence of a cwd".to_string(),
-        };
-        return Err(invalid(format!(
-            "the header's {cwd} belongs in project directory {project_dir:?}, not {:?}",
-            project.to_string_lossy()
-        )));
-    }
-    Ok(())
 }
 
 /// Publishes a new session: `header_line` (one line with its `\n`) as the
@@ -694,20 +654,6 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, StoreError::AlreadyExists { .. }), "{e}");
-    }
-
-    #[test]
-    fn header_location() {
-        let line = header("a/b", Some("/home/x"));
-        let h = parse_header(&line[..line.len() - 1]).unwrap();
-        let p = Path::new("t");
-        check_header_location(p, &h, OsStr::new("--home-x--"), OsStr::new("a~002Fb")).unwrap();
-        let e = check_header_location(p, &h, OsStr::new("--home-y--"), OsStr::new("a~002Fb"))
-            .unwrap_err();
-        assert!(e.to_string().contains("--home-x--"), "{e}");
-        let e =
-            check_header_location(p, &h, OsStr::new("--home-x--"), OsStr::new("ab")).unwrap_err();
-        assert_eq!(e.errno(), libc::EINVAL);
     }
 
     #[test]
