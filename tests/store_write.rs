@@ -558,9 +558,18 @@ fn a_failed_write_is_truncated_back() {
             "--test-threads=1",
         ])
         .env(CHILD, &path)
-        .status()
+        // Pipes, not the caller's files: the child's file size limit would
+        // also bind its output if that went to a log file.
+        .stdin(std::process::Stdio::null())
+        .output()
         .unwrap();
-    assert!(status.success());
+    assert!(
+        status.status.success(),
+        "the child failed: {}\n{}\n{}",
+        status.status,
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
     assert_eq!(fs::read(&path).unwrap(), before);
     // And the transcript still takes appends.
     append_batch(&path, Encoding::Zstd, ev(2, "after").as_bytes(), |_| Ok(())).unwrap();
