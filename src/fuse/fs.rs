@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 
 use super::inode::{InodeTable, Node, BY_ID_DIR};
 use super::writer::Writer;
+use crate::store::views::{ViewCatalog, ViewKind};
 use crate::store::{EntryKind, Store, StoreError, Transcript, VIEW_NAME};
 
 /// Names file managers probe for at the root and project levels; when they
@@ -155,7 +156,13 @@ pub struct SessionFs {
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     listings: Mutex<lru::LruCache<u64, Listing>>,
+    /// The `.by-*` views' catalog (see `views.rs`).
+    pub(super) views: ViewCatalog,
 }
+
+/// How old a views' snapshot may be when a request uses it: half the
+/// default attribute timeout, so a view follows the store within it.
+const VIEW_MAX_AGE: Duration = Duration::from_millis(500);
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
     let nanos = Duration::from_nanos(nsecs.clamp(0, 999_999_999) as u64);
@@ -210,7 +217,9 @@ fn lstat(path: &Path) -> FsResult<Metadata> {
 impl SessionFs {
     /// A mount core over `store`.
     pub fn new(store: Arc<Store>, batch_window: Duration) -> Self {
+        let views = ViewCatalog::new(&store, VIEW_MAX_AGE);
         SessionFs {
+            views,
             store,
             inodes: InodeTable::default(),
             handles: Mutex::new(HashMap::new()),
@@ -265,6 +274,8 @@ impl SessionFs {
             Node::Root => {
                 if name == BY_ID_DIR {
                     Node::ById
+                } else if let Some(view) = Self::view_root_node(name) {
+                    view
                 } else if self.is_absent_probe(&child_path) {
                     return Err(FsError::Errno(libc::ENOENT));
                 } else {
@@ -280,6 +291,7 @@ impl SessionFs {
                     }
                 }
             }
+            Node::ViewDir { view, rel } => self.view_lookup(view, &rel, name)?,
             Node::ById => {
                 let (project, session) = self.store.find_session_dir_by_id(name)?;
                 Node::ByIdLink { project, session }
@@ -320,7 +332,7 @@ impl SessionFs {
             Node::Passthrough { .. } => Node::Passthrough {
                 rel: child_path.clone(),
             },
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+            Node::Transcript { .. } | Node::ByIdLink { .. } | Node::ViewLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         };
@@ -352,7 +364,8 @@ impl SessionFs {
 
     fn attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
         match node {
-            Node::Root => Ok(attr_of(ino, &lstat(self.store.root())?)),
+            Node::Root => self.root_attr(ino),
+            Node::ViewDir { .. } | Node::ViewLink { .. } => self.view_attr(ino, node),
             Node::ById => {
                 let mut a = attr_of(ino, &lstat(self.store.root())?);
                 a.perm = 0o555;
@@ -680,10 +693,22 @@ impl SessionFs {
         match node {
             Node::Root => {
                 add(BY_ID_DIR.into(), Kind::Dir, Node::ById);
+                for view in ViewKind::ALL {
+                    let node = Node::ViewDir {
+                        view,
+                        rel: String::new(),
+                    };
+                    add(view.dir_name().into(), Kind::Dir, node);
+                }
                 let mut names = self.store.list_projects()?;
                 names.extend(self.virtual_children(&path, &names));
                 for project in names {
                     add(project.clone(), Kind::Dir, Node::Project { project });
+                }
+            }
+            Node::ViewDir { view, rel } => {
+                for (name, kind, node) in self.view_list(view, &rel)? {
+                    add(name.into(), kind, node);
                 }
             }
             Node::ById => {
@@ -742,7 +767,7 @@ impl SessionFs {
                     add(e.name, kind_of_entry(e.kind), Node::Passthrough { rel });
                 }
             }
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+            Node::Transcript { .. } | Node::ByIdLink { .. } | Node::ViewLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         }
@@ -755,6 +780,7 @@ impl SessionFs {
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
         match self.node(ino)?.1 {
             Node::ByIdLink { project, session } => Ok(by_id_target(&project, &session).into_vec()),
+            Node::ViewLink { view, rel } => self.view_target(view, &rel),
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let target =
@@ -763,6 +789,16 @@ impl SessionFs {
             }
             _ => Err(FsError::Errno(libc::EINVAL)),
         }
+    }
+
+    /// Attributes of the mount root (the store root's).
+    pub(super) fn root_attr(&self, ino: u64) -> FsResult<Attr> {
+        Ok(attr_of(ino, &lstat(self.store.root())?))
+    }
+
+    /// Attributes of the backing entry at `rel` (relative to the root).
+    pub(super) fn backing_attr(&self, ino: u64, rel: &Path) -> FsResult<Attr> {
+        Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?))
     }
 
     /// Statistics of the backing file system.

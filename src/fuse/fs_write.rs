@@ -393,7 +393,7 @@ impl SessionFs {
             self.virtual_dirs.lock().remove(&child_path);
             return Ok(());
         }
-        if matches!(parent_node, Node::ById) {
+        if matches!(parent_node, Node::ById | Node::ViewDir { .. }) {
             return Err(FsError::Errno(libc::EPERM));
         }
         let path = self.store.backing_path(&child_path);
@@ -562,7 +562,6 @@ impl SessionFs {
         }
         Ok(())
     }
-
 }
 
 /// Appending writes for a shared file handle.

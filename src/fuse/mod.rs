@@ -13,6 +13,7 @@ pub mod mount_table;
 mod preflight;
 mod run;
 pub mod status;
+mod views;
 mod writer;
 
 pub use preflight::resolved;

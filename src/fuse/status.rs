@@ -102,6 +102,11 @@ pub struct Status {
     pub cache: CacheUse,
     /// Request counters.
     pub requests: RequestCounts,
+    /// Frames decoded by the mount's transcripts since it started.
+    pub frames_decoded: u64,
+    /// Sessions the views' catalog read (validated and scanned for a
+    /// title) since the mount started.
+    pub view_sessions_read: u64,
 }
 
 impl Status {
@@ -128,6 +133,8 @@ impl Status {
                 "errors": self.requests.errors,
                 "by_op": self.requests.by_op,
             },
+            "frames_decoded": self.frames_decoded,
+            "views": { "sessions_read": self.view_sessions_read },
         })
     }
 }
@@ -193,6 +200,8 @@ impl StatusFile {
                 errors: REQUESTS.errors.load(Ordering::Relaxed),
                 by_op,
             },
+            frames_decoded: crate::store::transcript::frames_decoded_total(),
+            view_sessions_read: crate::store::views::catalog::sessions_read(),
         }
     }
 

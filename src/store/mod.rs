@@ -10,8 +10,8 @@ pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod classify;
-pub mod decode;
 pub mod cutkeep;
+pub mod decode;
 pub mod error;
 pub mod frame;
 pub mod fskind;
@@ -19,15 +19,17 @@ pub mod header;
 pub mod index;
 pub mod index_store;
 pub mod json;
-pub mod limits;
 pub mod lease;
+pub mod limits;
 pub mod lines;
 pub mod naming;
 pub mod publish;
 pub mod quarantine;
 pub mod session_writer;
 pub mod tail;
+pub mod title;
 pub mod transcript;
+pub mod views;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -223,6 +225,12 @@ impl Store {
     /// The root's encoding.
     pub fn encoding(&self) -> Encoding {
         self.encoding
+    }
+
+    /// Where frame indexes (and the views' catalog) are persisted, if
+    /// anywhere.
+    pub fn index_dir(&self) -> Option<&Path> {
+        self.index_dir.as_deref()
     }
 
     /// The shared decoded-frame cache.
