@@ -12,6 +12,7 @@ mod find;
 mod helper;
 mod key;
 mod list;
+mod list_views;
 mod mount;
 mod options;
 mod remount;
