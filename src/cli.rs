@@ -124,6 +124,19 @@ Examples:
 {EXIT_CODES}"))]
     Cat(IdArgs),
 
+    /// Write the session ID as readable Markdown to stdout: the same text
+    /// as `session.md` in the mount.
+    #[command(after_help = format!("\
+Examples:
+  sessionfs render ~/.dsh/sessions cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O | less
+  TZ=Europe/Paris sessionfs render ~/.dsh/sessions 3f6c1d2e-8a4b-4c1f-9e2d-7b5a6c8d9e0f > s.md
+
+Times are local clock times (TZ respected). A damaged transcript is rendered
+up to the damage, followed by a paragraph saying where and why it stopped.
+
+{EXIT_CODES}"))]
+    Render(IdArgs),
+
     /// Print the project directory name (`--<key>--`) of a cwd, as the
     /// store derives it. PATH is used as given: not resolved, not
     /// normalized.
@@ -276,7 +289,9 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 
 /// Names that are subcommands or top-level flags: anything else in first
 /// position is the mount(8) helper form `sessionfs ROOT MOUNTPOINT -o …`.
-const SUBCOMMANDS: [&str; 7] = ["mount", "list", "locate", "cat", "key", "check", "help"];
+const SUBCOMMANDS: [&str; 8] = [
+    "mount", "list", "locate", "cat", "render", "key", "check", "help",
+];
 
 /// Inserts `mount` when invoked in the mount(8) helper form.
 fn with_implicit_mount(mut args: Vec<OsString>) -> Vec<OsString> {
@@ -453,6 +468,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::List(args) => cmd_list(args),
         Command::Locate(args) => cmd_locate(args),
         Command::Cat(args) => cmd_cat(args),
+        Command::Render(args) => cmd_render(args),
         Command::Key(args) => cmd_key(args),
         Command::Check(args) => cmd_check(args),
     };
@@ -897,6 +913,39 @@ fn cmd_cat(args: IdArgs) -> u8 {
             return output_result(Err(e));
         }
         offset += chunk.len() as u64;
+    }
+    output_result(out.flush())
+}
+
+/// `sessionfs render ROOT ID` (issue 16): the transcript rendered as
+/// Markdown, streamed to stdout.
+fn cmd_render(args: IdArgs) -> u8 {
+    let (_identity, store) = match open_store(&args.root) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let transcript = match store.find_transcript_by_id(&args.id) {
+        Ok((_, transcript)) => transcript,
+        Err(e) => {
+            eprintln!("sessionfs: {e}");
+            return exit_code_of_find(&e);
+        }
+    };
+    let mut out = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
+    let to = transcript.cached_attr().plain_len;
+    let mut renderer = crate::store::render::Renderer::new();
+    let mut write_err = None;
+    let r = crate::store::render::render_range(&transcript, &mut renderer, to, &mut |md| {
+        out.write_all(md).inspect_err(|e| {
+            write_err = Some(io::Error::new(e.kind(), e.to_string()));
+        })
+    });
+    if let Some(e) = write_err {
+        return output_result(Err(e));
+    }
+    if let Err(e) = r {
+        let _ = out.flush();
+        return fail(e);
     }
     output_result(out.flush())
 }
