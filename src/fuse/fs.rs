@@ -131,6 +131,8 @@ pub struct FsStats {
 
 pub(super) enum Handle {
     Transcript(Arc<Transcript>),
+    /// `session.md`: its transcript and rendering (`rendered.rs`).
+    Rendered(Arc<Transcript>, Arc<crate::store::render::cache::Rendering>),
     /// A writable `session.jsonl` (appends buffered per handle).
     Writer(Arc<Writer>),
     /// A passed-through file, opened with the caller's access mode.
@@ -154,6 +156,8 @@ pub struct SessionFs {
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     listings: Mutex<lru::LruCache<u64, Listing>>,
+    /// Open renderings of `session.md` files (`rendered.rs`).
+    pub(super) renderings: super::rendered::Renderings,
 }
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
@@ -176,7 +180,7 @@ fn kind_of_meta(meta: &Metadata) -> Kind {
     }
 }
 
-fn attr_of(ino: u64, meta: &Metadata) -> Attr {
+pub(super) fn attr_of(ino: u64, meta: &Metadata) -> Attr {
     Attr {
         ino,
         kind: kind_of_meta(meta),
@@ -220,6 +224,7 @@ impl SessionFs {
             listings: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
+            renderings: Default::default(),
         }
     }
 
@@ -300,6 +305,8 @@ impl SessionFs {
             Node::Session { project, session } => {
                 if name == VIEW_NAME {
                     Node::Transcript { project, session }
+                } else if name == super::rendered::RENDERED_NAME {
+                    Node::Rendered { project, session }
                 } else if crate::store::is_publication_temp(name)
                     || name == crate::store::Encoding::Zstd.file_name()
                 {
@@ -319,7 +326,7 @@ impl SessionFs {
             Node::Passthrough { .. } => Node::Passthrough {
                 rel: child_path.clone(),
             },
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+            Node::Transcript { .. } | Node::Rendered { .. } | Node::ByIdLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         };
@@ -392,6 +399,7 @@ impl SessionFs {
                 a.size = view.plain_len;
                 Ok(a)
             }
+            Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
             Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
         }
     }
@@ -427,6 +435,7 @@ impl SessionFs {
             Node::Transcript { project, session } => {
                 Handle::Transcript(self.store.transcript(&project, &session)?)
             }
+            Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let file = std::fs::OpenOptions::new()
@@ -451,6 +460,7 @@ impl SessionFs {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
             Some(Handle::Transcript(t)) => self.read_transcript(ino, &t, offset, size),
+            Some(Handle::Rendered(t, r)) => self.rendered_read(&t, &r, offset, size),
             Some(Handle::Writer(w)) => {
                 let dir = w.session_dir();
                 let (project, session) = split_session_dir(&dir);
@@ -687,6 +697,14 @@ impl SessionFs {
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
                     other => other?,
                 };
+                let has_view = listed.iter().any(|e| e.kind == EntryKind::Transcript);
+                if has_view && self.has_rendering(&project, &session) {
+                    let node = Node::Rendered {
+                        project: project.clone(),
+                        session: session.clone(),
+                    };
+                    add(super::rendered::RENDERED_NAME.into(), Kind::File, node);
+                }
                 for e in listed {
                     let node = match e.kind {
                         EntryKind::Transcript => Node::Transcript {
@@ -706,7 +724,7 @@ impl SessionFs {
                     add(e.name, kind_of_entry(e.kind), Node::Passthrough { rel });
                 }
             }
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+            Node::Transcript { .. } | Node::Rendered { .. } | Node::ByIdLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         }
@@ -803,6 +821,7 @@ impl Handle {
     pub(super) fn share(&self) -> Handle {
         match self {
             Handle::Transcript(t) => Handle::Transcript(Arc::clone(t)),
+            Handle::Rendered(t, r) => Handle::Rendered(Arc::clone(t), Arc::clone(r)),
             Handle::Writer(w) => Handle::Writer(Arc::clone(w)),
             Handle::File(f) => Handle::File(Arc::clone(f)),
         }

@@ -5,6 +5,7 @@ mod adapter;
 pub mod fs;
 mod fs_write;
 mod inode;
+mod rendered;
 mod run;
 mod writer;
 
