@@ -213,13 +213,15 @@ impl Renderer {
     }
 
     fn stop_at(&mut self, number: u64, offset: u64, why: &str, out: &mut Vec<u8>) {
+        // The header facts (when the header line was read) say whose
+        // rendering stopped.
+        self.begin(out, None);
         self.close(out);
         push(
             out,
             &format!(
                 "---\n\n**Rendering stopped** at line {number} (byte {offset} of session.jsonl): {}. \
-                 What comes before is shown; nothing after it is rendered. \
-                 `sessionfs check ROOT` reports the damage.\n",
+                 What comes before is shown; nothing after it is rendered.\n",
                 one_line(why)
             ),
         );
@@ -759,10 +761,17 @@ pub fn render_range(
     let mut skipping: u64 = 0;
     let mut at = renderer.state().plain_offset;
     let sink_err = |e: io::Error| StoreError::io("write the rendering of", t.path(), e);
+    // Halved while reads fail at damage, so that every line before the
+    // damage is rendered.
+    let mut chunk_size = READ_CHUNK;
     while at < to && !renderer.state().stopped {
-        let size = (to - at).min(u64::from(READ_CHUNK)) as u32;
+        let size = (to - at).min(u64::from(chunk_size)) as u32;
         let chunk = match t.read(at, size) {
             Ok(c) => c,
+            Err(e) if e.is_damage() && chunk_size > 1 => {
+                chunk_size /= 2;
+                continue;
+            }
             Err(e) if e.is_damage() => {
                 renderer.stop_reading(&e.to_string(), &mut out);
                 break;
