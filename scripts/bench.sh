@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of issue 3 (P1-P4, P6): builds sessionfs in release mode,
+# Benchmarks of issue 3 (P1-P4, P6) and issue 16 (P7, rendering): builds sessionfs in release mode,
 # generates its own stores (a ~1 GiB-plaintext transcript in 20,000 frames
 # and a root of 10,000 small sessions) with examples/gen_store.rs, mounts
 # them and prints every figure as a ratio with its baseline.

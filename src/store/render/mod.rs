@@ -45,16 +45,17 @@
 
 pub mod cache;
 pub mod clock;
+pub mod json;
 pub mod markdown;
 
 use std::io;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::error::{Result, StoreError};
-use super::title::title_of_user_message;
+use super::title::{title_from_text, TITLE_MAX_CHARS};
 use super::transcript::Transcript;
+use json::{J, NULL};
 use markdown::{code, fence, one_line, shorten};
 
 /// Version of the rendering; a cached rendering of another version is
@@ -126,12 +127,12 @@ pub struct Renderer {
     state: RenderState,
 }
 
-fn u64_of(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(Value::as_u64)
+fn u64_of(v: &J, key: &str) -> Option<u64> {
+    v.get(key).and_then(J::as_u64)
 }
 
-fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
+fn str_of<'a>(v: &'a J, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(J::as_str)
 }
 
 fn push(out: &mut Vec<u8>, s: &str) {
@@ -230,8 +231,7 @@ impl Renderer {
     }
 
     fn header_line(&mut self, line: &[u8]) -> std::result::Result<(), String> {
-        let v: Value = serde_json::from_slice(line)
-            .map_err(|e| format!("the header line is not valid JSON ({e})"))?;
+        let v = J::parse(line).map_err(|e| format!("the header line is not valid JSON ({e})"))?;
         if str_of(&v, "type") != Some("session") {
             return Err("the first line is not a session header".into());
         }
@@ -239,7 +239,7 @@ impl Renderer {
         self.state.header = Some(HeaderFacts {
             id: id.to_string(),
             cwd: str_of(&v, "cwd").map(str::to_string),
-            created_at: v.get("createdAt").and_then(Value::as_i64),
+            created_at: v.get("createdAt").and_then(J::as_i64),
             parent: str_of(&v, "parentSession").map(str::to_string),
             seed_length: u64_of(&v, "seedLength"),
             origin: str_of(&v, "origin").map(str::to_string),
@@ -317,12 +317,12 @@ impl Renderer {
     }
 
     fn event_line(&mut self, line: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), String> {
-        let v: Value = serde_json::from_slice(line)
-            .map_err(|e| format!("the line is not valid JSON ({e})"))?;
-        let Some(obj) = v.as_object() else {
+        let v = J::parse(line).map_err(|e| format!("the line is not valid JSON ({e})"))?;
+        if !v.is_object() {
             return Err("the line is not a JSON object".into());
-        };
-        let Some(ty) = obj.get("type").and_then(Value::as_str) else {
+        }
+        let obj = &v;
+        let Some(ty) = obj.get("type").and_then(J::as_str) else {
             return Err("the line has no type".into());
         };
         match ty {
@@ -339,28 +339,28 @@ impl Renderer {
     fn chunk_row(
         &mut self,
         ty: &str,
-        row: &Map<String, Value>,
+        row: &J,
         out: &mut Vec<u8>,
     ) -> std::result::Result<(), String> {
         let bad = || format!("malformed packed `{ty}` row");
         let data = row.get("data").ok_or_else(bad)?;
-        row.get("seq0").and_then(Value::as_u64).ok_or_else(bad)?;
-        row.get("time0").and_then(Value::as_i64).ok_or_else(bad)?;
+        row.get("seq0").and_then(J::as_u64).ok_or_else(bad)?;
+        row.get("time0").and_then(J::as_i64).ok_or_else(bad)?;
         let (turn, step, index) = (
             u64_of(data, "turn").ok_or_else(bad)?,
             u64_of(data, "step").ok_or_else(bad)?,
             u64_of(data, "index").ok_or_else(bad)?,
         );
-        let dt = data.get("dt").and_then(Value::as_array).ok_or_else(bad)?;
+        let dt = data.get("dt").and_then(J::as_array).ok_or_else(bad)?;
         let key = if ty == "tool-call-chunks" {
             "args"
         } else {
             "texts"
         };
-        let members = data.get(key).and_then(Value::as_array).ok_or_else(bad)?;
+        let members = data.get(key).and_then(J::as_array).ok_or_else(bad)?;
         if members.len() != dt.len() + 1
-            || !members.iter().all(Value::is_string)
-            || !dt.iter().all(|d| d.is_i64() || d.is_u64())
+            || !members.iter().all(J::is_string)
+            || !dt.iter().all(J::is_integer)
         {
             return Err(bad());
         }
@@ -410,11 +410,10 @@ impl Renderer {
         push(out, text);
     }
 
-    fn event(&mut self, ty: &str, e: &Map<String, Value>, out: &mut Vec<u8>) {
-        let seq = e.get("seq").and_then(Value::as_u64);
-        let time = e.get("time").and_then(Value::as_i64);
-        let null = Value::Null;
-        let data = e.get("data").unwrap_or(&null);
+    fn event(&mut self, ty: &str, e: &J, out: &mut Vec<u8>) {
+        let seq = e.get("seq").and_then(J::as_u64);
+        let time = e.get("time").and_then(J::as_i64);
+        let data = e.get("data").unwrap_or(&NULL);
         match ty {
             "turn/start" if !self.state.header_written && self.state.pending_turn.is_none() => {
                 if let Some(turn) = u64_of(data, "turn") {
@@ -423,7 +422,7 @@ impl Renderer {
                 }
             }
             "user/message" if !self.state.header_written => {
-                let title = title_of_user_message(data);
+                let title = title_of(data);
                 self.begin(out, title);
             }
             "assistant/chunk" if !self.chunk_renders(data) => return,
@@ -485,7 +484,7 @@ impl Renderer {
 
     /// Whether an `assistant/chunk` writes anything (deltas, whole blocks
     /// not streamed, failed finishes, unknown chunks).
-    fn chunk_renders(&self, data: &Value) -> bool {
+    fn chunk_renders(&self, data: &J) -> bool {
         let Some(chunk) = data.get("chunk") else {
             return true;
         };
@@ -505,7 +504,7 @@ impl Renderer {
         }
     }
 
-    fn chunk(&mut self, data: &Value, out: &mut Vec<u8>) -> Option<()> {
+    fn chunk(&mut self, data: &J, out: &mut Vec<u8>) -> Option<()> {
         let turn = u64_of(data, "turn")?;
         let step = u64_of(data, "step")?;
         let chunk = data.get("chunk")?;
@@ -563,7 +562,7 @@ impl Renderer {
         }
     }
 
-    fn user_message(&mut self, data: &Value, time: Option<i64>, out: &mut Vec<u8>) -> Option<()> {
+    fn user_message(&mut self, data: &J, time: Option<i64>, out: &mut Vec<u8>) -> Option<()> {
         let blocks = data.get("content")?.as_array()?;
         let source = data
             .get("source")
@@ -581,7 +580,7 @@ impl Renderer {
         Some(())
     }
 
-    fn assistant_message(&mut self, data: &Value, out: &mut Vec<u8>) -> Option<()> {
+    fn assistant_message(&mut self, data: &J, out: &mut Vec<u8>) -> Option<()> {
         let turn = u64_of(data, "turn")?;
         let step = u64_of(data, "step")?;
         let blocks = data.get("message")?.get("content")?.as_array()?;
@@ -597,15 +596,36 @@ impl Renderer {
                 self.close(out);
             }
         }
-        if data.get("interrupted") == Some(&Value::Bool(true)) {
+        if data.get("interrupted") == Some(&J::Bool(true)) {
             push(out, "*(interrupted)*\n\n");
         }
         Some(())
     }
 }
 
+/// The title of a `user/message`'s data (as
+/// [`super::title::title_of_user_message`]).
+fn title_of(data: &J) -> Option<String> {
+    let blocks = data.get("content")?.as_array()?;
+    let mut text = String::new();
+    let mut any = false;
+    for block in blocks {
+        if let (Some("text"), Some(t)) = (str_of(block, "type"), str_of(block, "text")) {
+            if any {
+                text.push(' ');
+            }
+            text.push_str(t);
+            any = true;
+            if text.chars().count() > 4 * TITLE_MAX_CHARS {
+                break;
+            }
+        }
+    }
+    any.then(|| title_from_text(&text))
+}
+
 /// User content: text verbatim, other blocks as a one-line mark.
-fn content_blocks(blocks: &[Value], out: &mut Vec<u8>) {
+fn content_blocks(blocks: &[J], out: &mut Vec<u8>) {
     for block in blocks {
         match (str_of(block, "type"), str_of(block, "text")) {
             (Some("text"), Some(text)) => {
@@ -620,7 +640,7 @@ fn content_blocks(blocks: &[Value], out: &mut Vec<u8>) {
     }
 }
 
-fn tool_call(data: &Value, out: &mut Vec<u8>) -> Option<()> {
+fn tool_call(data: &J, out: &mut Vec<u8>) -> Option<()> {
     let name = str_of(data, "name")?;
     let id = str_of(data, "callId")?;
     let args = str_of(data, "arguments")?;
@@ -632,19 +652,18 @@ fn tool_call(data: &Value, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-fn tool_result(data: &Value, seq: Option<u64>, out: &mut Vec<u8>) -> Option<()> {
+fn tool_result(data: &J, seq: Option<u64>, out: &mut Vec<u8>) -> Option<()> {
     let blocks = data.get("message")?.get("content")?.as_array()?;
     for block in blocks {
         let id = str_of(block, "toolCallId").unwrap_or("?");
-        let failed =
-            block.get("isError") == Some(&Value::Bool(true)) || data.get("error").is_some();
+        let failed = block.get("isError") == Some(&J::Bool(true)) || data.get("error").is_some();
         let error = match data.get("error").and_then(|e| str_of(e, "code")) {
             Some(c) => format!(" — error {}", code(c)),
             None if failed => " — error".into(),
             None => String::new(),
         };
         push(out, &format!("**Tool result** {}{error}\n\n", code(id)));
-        let Some(parts) = block.get("content").and_then(Value::as_array) else {
+        let Some(parts) = block.get("content").and_then(J::as_array) else {
             continue;
         };
         for part in parts {
@@ -673,7 +692,7 @@ fn tool_result(data: &Value, seq: Option<u64>, out: &mut Vec<u8>) -> Option<()> 
     Some(())
 }
 
-fn turn_end(data: &Value, time: Option<i64>, out: &mut Vec<u8>) -> Option<()> {
+fn turn_end(data: &J, time: Option<i64>, out: &mut Vec<u8>) -> Option<()> {
     let turn = u64_of(data, "turn")?;
     let reason = data.get("reason")?;
     let kind = str_of(reason, "kind")?;
@@ -708,7 +727,7 @@ fn turn_end(data: &Value, time: Option<i64>, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-fn todo_write(data: &Value, out: &mut Vec<u8>) -> Option<()> {
+fn todo_write(data: &J, out: &mut Vec<u8>) -> Option<()> {
     let todos = data.get("todos")?.as_array()?;
     push(out, "**Todo list:**\n\n");
     for t in todos {
@@ -724,7 +743,7 @@ fn todo_write(data: &Value, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-fn request_header(data: &Value, out: &mut Vec<u8>) -> Option<()> {
+fn request_header(data: &J, out: &mut Vec<u8>) -> Option<()> {
     let config = data.get("header")?.get("config")?;
     let provider = str_of(config, "provider")?;
     let model = str_of(config, "model")?;
