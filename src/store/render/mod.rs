@@ -158,19 +158,29 @@ impl Renderer {
     /// Renders one complete line of the view (`line` without its `\n`),
     /// appending Markdown to `out`. Nothing happens once stopped.
     pub fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
+        if !self.state.stopped {
+            self.parsed_line(line.len(), parse_line(line), out);
+        }
+    }
+
+    /// [`Renderer::line`] of a line of `len` bytes (without its `\n`)
+    /// already parsed by [`parse_line`] (on another thread, say).
+    pub fn parsed_line(&mut self, len: usize, parsed: ParsedLine<'_>, out: &mut Vec<u8>) {
         if self.state.stopped {
             return;
         }
         let start = out.len();
         let number = self.state.lines + 1;
         let offset = self.state.plain_offset;
-        let outcome = if self.state.lines == 0 {
-            self.header_line(line)
-        } else {
-            self.event_line(line, out)
-        };
+        let outcome = parsed.and_then(|v| {
+            if self.state.lines == 0 {
+                self.header_line(&v)
+            } else {
+                self.event_line(&v, out)
+            }
+        });
         self.state.lines += 1;
-        self.state.plain_offset += line.len() as u64 + 1;
+        self.state.plain_offset += len as u64 + 1;
         if let Err(why) = outcome {
             self.stop_at(number, offset, &why, out);
         }
@@ -230,8 +240,7 @@ impl Renderer {
         self.state.open = None;
     }
 
-    fn header_line(&mut self, line: &[u8]) -> std::result::Result<(), String> {
-        let v = J::parse(line).map_err(|e| format!("the header line is not valid JSON ({e})"))?;
+    fn header_line(&mut self, v: &J) -> std::result::Result<(), String> {
         if str_of(&v, "type") != Some("session") {
             return Err("the first line is not a session header".into());
         }
@@ -316,12 +325,11 @@ impl Renderer {
         }
     }
 
-    fn event_line(&mut self, line: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), String> {
-        let v = J::parse(line).map_err(|e| format!("the line is not valid JSON ({e})"))?;
+    fn event_line(&mut self, v: &J, out: &mut Vec<u8>) -> std::result::Result<(), String> {
         if !v.is_object() {
             return Err("the line is not a JSON object".into());
         }
-        let obj = &v;
+        let obj = v;
         let Some(ty) = obj.get("type").and_then(J::as_str) else {
             return Err("the line has no type".into());
         };
@@ -603,6 +611,66 @@ impl Renderer {
     }
 }
 
+/// A line parsed for [`Renderer::parsed_line`], or why it cannot be.
+pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
+
+/// Parses one line (without its `\n`) for [`Renderer::parsed_line`].
+pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
+    J::parse(line).map_err(|e| format!("the line is not valid JSON ({e})"))
+}
+
+/// Lines of a chunk parsed on a second thread when the chunk holds more
+/// than this many bytes of them.
+const PARALLEL_PARSE_BYTES: usize = 64 * 1024;
+
+/// The lines of `part` (each ended by `\n`), without their `\n`.
+fn lines_of(part: &[u8]) -> Vec<&[u8]> {
+    let mut lines: Vec<&[u8]> = part.split(|&b| b == b'\n').collect();
+    lines.pop(); // after the last `\n`: empty
+    lines
+}
+
+/// Renders the complete lines of `region` (each ended by `\n`): the
+/// second half is parsed on another thread while the first is rendered.
+fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
+    let split = if region.len() > PARALLEL_PARSE_BYTES {
+        memchr_nl(&region[region.len() / 2..]).map_or(region.len(), |i| region.len() / 2 + i + 1)
+    } else {
+        region.len()
+    };
+    let (first, second) = region.split_at(split);
+    let each = lines_of;
+    if second.is_empty() {
+        for line in each(first) {
+            renderer.line(line, out);
+        }
+        return;
+    }
+    std::thread::scope(|scope| {
+        let parsed = scope.spawn(|| {
+            each(second)
+                .into_iter()
+                .map(|l| (l.len(), parse_line(l)))
+                .collect::<Vec<_>>()
+        });
+        for line in each(first) {
+            renderer.line(line, out);
+        }
+        match parsed.join() {
+            Ok(parsed) => {
+                for (len, p) in parsed {
+                    renderer.parsed_line(len, p, out);
+                }
+            }
+            Err(_) => {
+                for line in each(second) {
+                    renderer.line(line, out);
+                }
+            }
+        }
+    });
+}
+
 /// The title of a `user/message`'s data (as
 /// [`super::title::title_of_user_message`]).
 fn title_of(data: &J) -> Option<String> {
@@ -805,19 +873,26 @@ pub fn render_range(
         }
         at += chunk.len() as u64;
         let mut rest = chunk.as_slice();
-        while let Some(nl) = memchr_nl(rest) {
-            let piece = &rest[..nl];
-            if skipping > 0 {
-                renderer.oversized_line(skipping + nl as u64 + 1, &mut out);
-                skipping = 0;
-            } else if carry.is_empty() {
-                renderer.line(piece, &mut out);
-            } else {
-                carry.extend_from_slice(piece);
-                renderer.line(&carry, &mut out);
-                carry.clear();
+        // A line begun in an earlier chunk is finished first ...
+        if skipping > 0 || !carry.is_empty() {
+            if let Some(nl) = memchr_nl(rest) {
+                if skipping > 0 {
+                    renderer.oversized_line(skipping + nl as u64 + 1, &mut out);
+                    skipping = 0;
+                } else {
+                    carry.extend_from_slice(&rest[..nl]);
+                    renderer.line(&carry, &mut out);
+                    carry.clear();
+                }
+                rest = &rest[nl + 1..];
             }
-            rest = &rest[nl + 1..];
+        }
+        // ... then the lines wholly inside this chunk, together.
+        if skipping == 0 && carry.is_empty() {
+            if let Some(last) = memchr::memrchr(b'\n', rest) {
+                render_lines(renderer, &rest[..=last], &mut out);
+                rest = &rest[last + 1..];
+            }
         }
         if skipping > 0 {
             skipping += rest.len() as u64;
