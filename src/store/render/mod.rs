@@ -241,19 +241,19 @@ impl Renderer {
     }
 
     fn header_line(&mut self, v: &J) -> std::result::Result<(), String> {
-        if str_of(&v, "type") != Some("session") {
+        if str_of(v, "type") != Some("session") {
             return Err("the first line is not a session header".into());
         }
-        let id = str_of(&v, "id").ok_or("the header has no id")?;
+        let id = str_of(v, "id").ok_or("the header has no id")?;
         self.state.header = Some(HeaderFacts {
             id: id.to_string(),
-            cwd: str_of(&v, "cwd").map(str::to_string),
+            cwd: str_of(v, "cwd").map(str::to_string),
             created_at: v.get("createdAt").and_then(J::as_i64),
-            parent: str_of(&v, "parentSession").map(str::to_string),
-            seed_length: u64_of(&v, "seedLength"),
-            origin: str_of(&v, "origin").map(str::to_string),
-            depth: u64_of(&v, "delegationDepth"),
-            preset: str_of(&v, "agentPreset").map(str::to_string),
+            parent: str_of(v, "parentSession").map(str::to_string),
+            seed_length: u64_of(v, "seedLength"),
+            origin: str_of(v, "origin").map(str::to_string),
+            depth: u64_of(v, "delegationDepth"),
+            preset: str_of(v, "agentPreset").map(str::to_string),
         });
         Ok(())
     }
