@@ -51,27 +51,34 @@ pub fn title_from_text(text: &str) -> String {
     clean
 }
 
+/// The title of a message whose `text` content blocks are `texts`, joined
+/// by a space (see the module rules); may be empty. Reads no more of them
+/// than the title can hold.
+pub fn title_of_texts<'a>(texts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut text = String::new();
+    for (i, t) in texts.into_iter().enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push_str(t);
+        if text.chars().count() > 4 * TITLE_MAX_CHARS {
+            break;
+        }
+    }
+    title_from_text(&text)
+}
+
 /// The title of a `user/message` event's `data` (a `UserMessage`: its
 /// `content` blocks); `None` when `data` holds no text block.
 pub fn title_of_user_message(data: &Value) -> Option<String> {
-    let blocks = data.get("content")?.as_array()?;
-    let mut text = String::new();
-    let mut any = false;
-    for block in blocks {
-        if block.get("type").and_then(Value::as_str) == Some("text") {
-            if let Some(t) = block.get("text").and_then(Value::as_str) {
-                if any {
-                    text.push(' ');
-                }
-                text.push_str(t);
-                any = true;
-                if text.chars().count() > 4 * TITLE_MAX_CHARS {
-                    break;
-                }
-            }
-        }
-    }
-    any.then(|| title_from_text(&text))
+    let texts: Vec<&str> = data
+        .get("content")?
+        .as_array()?
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect();
+    (!texts.is_empty()).then(|| title_of_texts(texts))
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ use std::io;
 use serde::{Deserialize, Serialize};
 
 use super::error::{Result, StoreError};
-use super::title::{title_from_text, TITLE_MAX_CHARS};
+use super::title::title_of_texts;
 use super::transcript::Transcript;
 use json::{J, NULL};
 use markdown::{code, fence, one_line, shorten};
@@ -674,22 +674,14 @@ fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
 /// The title of a `user/message`'s data (as
 /// [`super::title::title_of_user_message`]).
 fn title_of(data: &J) -> Option<String> {
-    let blocks = data.get("content")?.as_array()?;
-    let mut text = String::new();
-    let mut any = false;
-    for block in blocks {
-        if let (Some("text"), Some(t)) = (str_of(block, "type"), str_of(block, "text")) {
-            if any {
-                text.push(' ');
-            }
-            text.push_str(t);
-            any = true;
-            if text.chars().count() > 4 * TITLE_MAX_CHARS {
-                break;
-            }
-        }
-    }
-    any.then(|| title_from_text(&text))
+    let texts: Vec<&str> = data
+        .get("content")?
+        .as_array()?
+        .iter()
+        .filter(|b| str_of(b, "type") == Some("text"))
+        .filter_map(|b| str_of(b, "text"))
+        .collect();
+    (!texts.is_empty()).then(|| title_of_texts(texts))
 }
 
 /// User content: text verbatim, other blocks as a one-line mark.
