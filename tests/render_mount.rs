@@ -544,19 +544,15 @@ fn damage_stops_the_rendering_and_refused_sessions_have_no_session_md() {
     assert!(!intact.contains("Rendering stopped"));
     mount.stop();
 
-    // A session refused at lookup (header-less) has no session.md; its
-    // valid neighbour has one.
+    // A session refused at lookup (header-less) has no session.md (its
+    // lookup fails; session.jsonl fails with EIO); its valid neighbour has
+    // one.
     let root = tmp.path().join("corrupt-header");
     let mount = Mount::start(&root, &["--read-only"]);
     let bad = mount.join("--home-alice-work-app--/headerless");
-    let names: Vec<_> = fs::read_dir(&bad)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(
-        !names.iter().any(|n| n == "session.md"),
-        "listed for a refused session: {names:?}"
-    );
+    let jsonl = fs::metadata(bad.join("session.jsonl")).unwrap_err();
+    assert_eq!(jsonl.raw_os_error(), Some(libc::EIO));
+    assert!(fs::read(bad.join("session.md")).is_err());
     let err = fs::metadata(bad.join("session.md")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
     assert!(fs::metadata(mount.join("--home-alice-work-app--/valid-neighbour/session.md")).is_ok());

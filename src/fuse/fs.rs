@@ -697,8 +697,9 @@ impl SessionFs {
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
                     other => other?,
                 };
-                let has_view = listed.iter().any(|e| e.kind == EntryKind::Transcript);
-                if has_view && self.has_rendering(&project, &session) {
+                // Listed beside session.jsonl without validating the
+                // transcript (a listing stays as cheap as before).
+                if listed.iter().any(|e| e.kind == EntryKind::Transcript) {
                     let node = Node::Rendered {
                         project: project.clone(),
                         session: session.clone(),

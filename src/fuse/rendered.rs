@@ -3,9 +3,11 @@
 //! ([`crate::store::render`]); this module keeps the open renderings of the
 //! mount and answers lookup, getattr, open, read and readdir for them.
 //!
-//! * Listed and found only for a session whose transcript validates: a
-//!   session refused at lookup (damaged header, duplicate, misplaced, …)
-//!   has no `session.md` (ENOENT).
+//! * Listed beside every listed `session.jsonl` (a listing does not open
+//!   transcripts, so it costs what it did); found only for a session whose
+//!   transcript validates: for a session refused at lookup (damaged
+//!   header, duplicate, misplaced, …) lookup of `session.md` fails with
+//!   ENOENT.
 //! * `getattr` refreshes the transcript and renders what was added, so
 //!   `st_size` is exact and growth shows within the attribute timeout; a
 //!   read past the rendered end does the same.
@@ -75,12 +77,6 @@ impl Renderings {
 }
 
 impl SessionFs {
-    /// Whether `project/session` shows a `session.md`: its transcript
-    /// validates.
-    pub(super) fn has_rendering(&self, project: &OsStr, session: &OsStr) -> bool {
-        self.store.transcript(project, session).is_ok()
-    }
-
     /// Attributes of `session.md`: the transcript's times and owner,
     /// read-only, the rendering's exact length.
     ///
