@@ -6,7 +6,9 @@
 //! * a transcript growing one frame at a time, its rendering continued
 //!   after each frame (and reopened from the persisted state half way),
 //!   ends byte-identical to a fresh rendering of the whole transcript, and
-//!   every intermediate rendering is a prefix of the final one;
+//!   every intermediate rendering is a prefix of the final one; two
+//!   mounts continuing the same persisted rendering in turns both end with
+//!   the fresh rendering;
 //! * the same calls stored packed (`normal`), unpacked and raw render to
 //!   the same Markdown, session by session.
 
@@ -223,5 +225,35 @@ fn packed_unpacked_and_raw_stores_render_alike() {
                 "{case}: session {id} renders differently"
             );
         }
+    }
+}
+
+#[test]
+fn two_mounts_sharing_a_cache_directory_both_render_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache_dir = tmp.path().join("cache");
+    let lines = corpus_lines("--home-alice-work-app--/Session-A");
+    let path = tmp.path().join("session.jsonl.zstd");
+    let mut file = fs::File::create(&path).unwrap();
+    file.write_all(&encode_frame(&lines[0]).unwrap()).unwrap();
+    let open = || {
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap()
+    };
+    let (ta, tb) = (open(), open());
+    let a = Rendering::open(&ta, Some(&cache_dir)).unwrap();
+    let b = Rendering::open(&tb, Some(&cache_dir)).unwrap();
+    for (k, line) in lines[1..].iter().enumerate() {
+        file.write_all(&encode_frame(line).unwrap()).unwrap();
+        // In turns: each continues where it stopped, whatever the other did.
+        let (t, r) = if k % 2 == 0 { (&ta, &a) } else { (&tb, &b) };
+        t.refresh().unwrap();
+        r.catch_up(t).unwrap();
+    }
+    let c = Rendering::open(&ta, Some(&cache_dir)).unwrap();
+    for (t, r) in [(&ta, &a), (&tb, &b), (&ta, &c)] {
+        t.refresh().unwrap();
+        let len = r.catch_up(t).unwrap();
+        assert_eq!(r.read(t, 0, len as u32 + 1).unwrap(), fresh(t));
     }
 }

@@ -7,14 +7,19 @@
 //! Markdown it describes), keyed like the persisted frame index
 //! ([`super::super::index_store`]). A persisted rendering is used only when
 //! its device, inode, session id, creation time, render format and time
-//! zone match and it does not reach past the transcript's view; otherwise
-//! it is rebuilt. Without a directory, the Markdown goes to an unnamed
+//! zone match, it does not reach past the transcript's view and its
+//! Markdown file has exactly the length the state records; otherwise it is
+//! rebuilt in a new file renamed over the old one (a file another mount
+//! may have open is never truncated), and a mount whose file was replaced
+//! goes on without persisting. Mounts sharing a cache directory write the
+//! same bytes at the same offsets (the rendering is a function of the
+//! transcript, the format and the time zone). Without a directory, the Markdown goes to an unnamed
 //! temporary file. Either way memory holds only the state: reads are
 //! served from the file.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -130,19 +135,25 @@ impl Rendering {
         if ident != inner.ident || inner.renderer.state().plain_offset > to {
             inner.ident = ident;
             inner.renderer = Renderer::new();
-            inner
-                .file
-                .set_len(0)
-                .map_err(|e| StoreError::io("truncate the rendering of", t.path(), e))?;
-            if let Some((md, st)) = inner.paths.take() {
+            // A persisted file may be open in another mount: never truncated,
+            // replaced by a new one instead.
+            let fresh = inner.paths.take().and_then(|(md, st)| {
                 let _ = fs::remove_file(&st);
                 let _ = fs::remove_file(&md);
-                if let Some(dir) = md.parent() {
-                    let (md, st) = paths_in(dir, ident);
-                    if let Ok(file) = fresh_file(dir, &md) {
-                        inner.file = Arc::new(file);
-                        inner.paths = Some((md, st));
-                    }
+                let dir = md.parent()?;
+                let (md, st) = paths_in(dir, ident);
+                fresh_file(dir, &md).ok().map(|f| (f, md, st))
+            });
+            match fresh {
+                Some((file, md, st)) => {
+                    inner.file = Arc::new(file);
+                    inner.paths = Some((md, st));
+                }
+                None => {
+                    let file = tempfile::tempfile().map_err(|e| {
+                        StoreError::io("create a temporary file for the rendering of", t.path(), e)
+                    })?;
+                    inner.file = Arc::new(file);
                 }
             }
         }
@@ -163,8 +174,12 @@ impl Rendering {
         if result.is_ok() || renderer.state().md_len == pos {
             inner.renderer = renderer;
         }
-        if let Some((_, st)) = &inner.paths {
-            save(st, &inner, t);
+        if let Some((md, st)) = &inner.paths {
+            if !save(md, st, &inner, t) {
+                // Another mount replaced the persisted rendering: this one
+                // goes on unpersisted.
+                inner.paths = None;
+            }
         }
         result.map(|()| inner.renderer.state().md_len)
     }
@@ -199,15 +214,20 @@ impl Rendering {
     }
 }
 
-/// A new, empty rendering file at `md` (the directory made if needed).
+/// A new, empty rendering file at `md` (the directory made if needed):
+/// made under a temporary name and renamed over `md`, so that a file
+/// another mount still has open is never truncated.
 fn fresh_file(dir: &Path, md: &Path) -> std::io::Result<File> {
     fs::create_dir_all(dir)?;
-    OpenOptions::new()
+    let tmp = md.with_extension(format!("md.tmp{}", std::process::id()));
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
-        .open(md)
+        .open(&tmp)?;
+    fs::rename(&tmp, md)?;
+    Ok(file)
 }
 
 /// The persisted rendering at `md`/`st`, if it belongs to `t` as it is now.
@@ -226,20 +246,26 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
         return None;
     }
     let file = OpenOptions::new().read(true).write(true).open(md).ok()?;
-    let len = file.metadata().ok()?.len();
-    if len < p.state.md_len {
+    // Longer: bytes written after the state was saved (a mount stopped in
+    // between, or one still writing): rebuilt rather than truncated.
+    if file.metadata().ok()?.len() != p.state.md_len {
         return None;
-    }
-    if len > p.state.md_len {
-        // Bytes written after the state was saved: dropped (ours, outside the store).
-        file.set_len(p.state.md_len).ok()?;
     }
     Some((file, p.state))
 }
 
-/// Saves the renderer's state (atomically); failures are logged at debug
-/// level: the rendering is only a cache.
-fn save(st: &Path, inner: &Inner, t: &Transcript) {
+/// Saves the renderer's state (atomically) when `md` is still this
+/// rendering's file; returns false when it is not (another mount replaced
+/// it). Failures to write are logged at debug level: the rendering is only
+/// a cache.
+fn save(md: &Path, st: &Path, inner: &Inner, t: &Transcript) -> bool {
+    let ours = match (inner.file.metadata(), fs::metadata(md)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    };
+    if !ours {
+        return false;
+    }
     let header = t.header();
     let p = Persisted {
         format: RENDER_FORMAT,
@@ -260,4 +286,5 @@ fn save(st: &Path, inner: &Inner, t: &Transcript) {
     if let Err(e) = result {
         log::debug!("could not save the rendering state {}: {e}", st.display());
     }
+    true
 }
