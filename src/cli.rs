@@ -132,7 +132,8 @@ Examples:
   TZ=Europe/Paris sessionfs render ~/.dsh/sessions 3f6c1d2e-8a4b-4c1f-9e2d-7b5a6c8d9e0f > s.md
 
 Times are local clock times (TZ respected). A damaged transcript is rendered
-up to the damage, followed by a paragraph saying where and why it stopped.
+up to the damage, followed by a paragraph saying where and why it stopped,
+and the exit status is 1.
 
 {EXIT_CODES}"))]
     Render(IdArgs),
@@ -947,7 +948,15 @@ fn cmd_render(args: IdArgs) -> u8 {
         let _ = out.flush();
         return fail(e);
     }
-    output_result(out.flush())
+    let code = output_result(out.flush());
+    if code == EXIT_OK && renderer.state().stopped {
+        return fail(format_args!(
+            "{}: the rendering stopped at damage (its last paragraph says where); \
+             run `sessionfs check` on the file",
+            transcript.path().display()
+        ));
+    }
+    code
 }
 
 /// Milliseconds since the Unix epoch (negative before it, saturating).

@@ -13,8 +13,8 @@
 //!   shows the new turn within 3 s, and the rendering after growth is
 //!   byte-identical to a fresh rendering of the whole transcript;
 //! * a transcript damaged in its middle renders up to the damage and says
-//!   where and why it stopped; a session refused at lookup has no
-//!   `session.md`.
+//!   where and why it stopped (and `sessionfs render` prints the same and
+//!   exits with 1); a session refused at lookup has no `session.md`.
 //!
 //! Every wait has a deadline; children are killed by a guard; mounts are
 //! stopped by the harness on every path.
@@ -537,6 +537,24 @@ fn damage_stops_the_rendering_and_refused_sessions_have_no_session_md() {
     assert!(
         md[..stop].contains(&last_user),
         "the last user message before the damage is missing"
+    );
+    // The command line prints the same and exits with status 1.
+    let cli = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("render")
+        .arg(&root)
+        .arg("bitflip-middle-frame")
+        .output()
+        .unwrap();
+    assert_eq!(
+        cli.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    assert_eq!(
+        cli.stdout,
+        md.as_bytes(),
+        "sessionfs render differs from session.md"
     );
     let intact =
         fs::read_to_string(mount.join("--home-alice-work-app--/intact-control/session.md"))
