@@ -41,22 +41,24 @@
 //! A line that is not a JSON object with a `type`, a malformed packed row,
 //! a first line that is not a session header, or a frame that fails to
 //! decode stops the rendering: a last paragraph says at which line and
-//! byte of `session.jsonl` and why, and nothing after it is rendered.
+//! byte of `session.jsonl` and why, and nothing after it is rendered. A
+//! line longer than [`MAX_RENDERED_LINE`] is listed with its length and
+//! skipped (memory stays bounded).
 
 pub mod cache;
 pub mod clock;
 pub mod json;
 pub mod markdown;
-
-use std::io;
+mod reader;
+mod show;
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{Result, StoreError};
 use super::title::title_of_texts;
-use super::transcript::Transcript;
 use json::{J, NULL};
-use markdown::{code, fence, one_line, shorten};
+use markdown::{code, one_line};
+pub use reader::{parse_line, render_range, ParsedLine};
+use show::{content_blocks, request_header, todo_write, tool_call, tool_result, turn_end};
 
 /// Version of the rendering; a cached rendering of another version is
 /// rebuilt.
@@ -69,8 +71,6 @@ pub const RESULT_MAX_BYTES: usize = 16 * 1024;
 /// Longest line rendered (bytes); a longer line is listed with its length
 /// and skipped, so memory stays bounded whatever the transcript holds.
 pub const MAX_RENDERED_LINE: usize = 64 << 20;
-/// Bytes of the transcript view read at once while rendering.
-const READ_CHUNK: u32 = 1 << 20;
 
 /// The header facts shown (FORMAT.md, the header line).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -127,15 +127,15 @@ pub struct Renderer {
     state: RenderState,
 }
 
-fn u64_of(v: &J, key: &str) -> Option<u64> {
+pub(super) fn u64_of(v: &J, key: &str) -> Option<u64> {
     v.get(key).and_then(J::as_u64)
 }
 
-fn str_of<'a>(v: &'a J, key: &str) -> Option<&'a str> {
+pub(super) fn str_of<'a>(v: &'a J, key: &str) -> Option<&'a str> {
     v.get(key).and_then(J::as_str)
 }
 
-fn push(out: &mut Vec<u8>, s: &str) {
+pub(super) fn push(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
@@ -611,66 +611,6 @@ impl Renderer {
     }
 }
 
-/// A line parsed for [`Renderer::parsed_line`], or why it cannot be.
-pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
-
-/// Parses one line (without its `\n`) for [`Renderer::parsed_line`].
-pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
-    J::parse(line).map_err(|e| format!("the line is not valid JSON ({e})"))
-}
-
-/// Lines of a chunk parsed on a second thread when the chunk holds more
-/// than this many bytes of them.
-const PARALLEL_PARSE_BYTES: usize = 64 * 1024;
-
-/// The lines of `part` (each ended by `\n`), without their `\n`.
-fn lines_of(part: &[u8]) -> Vec<&[u8]> {
-    let mut lines: Vec<&[u8]> = part.split(|&b| b == b'\n').collect();
-    lines.pop(); // after the last `\n`: empty
-    lines
-}
-
-/// Renders the complete lines of `region` (each ended by `\n`): the
-/// second half is parsed on another thread while the first is rendered.
-fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
-    let split = if region.len() > PARALLEL_PARSE_BYTES {
-        memchr_nl(&region[region.len() / 2..]).map_or(region.len(), |i| region.len() / 2 + i + 1)
-    } else {
-        region.len()
-    };
-    let (first, second) = region.split_at(split);
-    let each = lines_of;
-    if second.is_empty() {
-        for line in each(first) {
-            renderer.line(line, out);
-        }
-        return;
-    }
-    std::thread::scope(|scope| {
-        let parsed = scope.spawn(|| {
-            each(second)
-                .into_iter()
-                .map(|l| (l.len(), parse_line(l)))
-                .collect::<Vec<_>>()
-        });
-        for line in each(first) {
-            renderer.line(line, out);
-        }
-        match parsed.join() {
-            Ok(parsed) => {
-                for (len, p) in parsed {
-                    renderer.parsed_line(len, p, out);
-                }
-            }
-            Err(_) => {
-                for line in each(second) {
-                    renderer.line(line, out);
-                }
-            }
-        }
-    });
-}
-
 /// The title of a `user/message`'s data (as
 /// [`super::title::title_of_user_message`]).
 fn title_of(data: &J) -> Option<String> {
@@ -682,228 +622,6 @@ fn title_of(data: &J) -> Option<String> {
         .filter_map(|b| str_of(b, "text"))
         .collect();
     (!texts.is_empty()).then(|| title_of_texts(texts))
-}
-
-/// User content: text verbatim, other blocks as a one-line mark.
-fn content_blocks(blocks: &[J], out: &mut Vec<u8>) {
-    for block in blocks {
-        match (str_of(block, "type"), str_of(block, "text")) {
-            (Some("text"), Some(text)) => {
-                push(out, text);
-                push(out, "\n\n");
-            }
-            (ty, _) => push(
-                out,
-                &format!("*[{} block]*\n\n", one_line(ty.unwrap_or("unknown"))),
-            ),
-        }
-    }
-}
-
-fn tool_call(data: &J, out: &mut Vec<u8>) -> Option<()> {
-    let name = str_of(data, "name")?;
-    let id = str_of(data, "callId")?;
-    let args = str_of(data, "arguments")?;
-    push(
-        out,
-        &format!("**Tool call** {} · {}\n\n", code(name), code(id)),
-    );
-    fence(out, "json", args);
-    Some(())
-}
-
-fn tool_result(data: &J, seq: Option<u64>, out: &mut Vec<u8>) -> Option<()> {
-    let blocks = data.get("message")?.get("content")?.as_array()?;
-    for block in blocks {
-        let id = str_of(block, "toolCallId").unwrap_or("?");
-        let failed = block.get("isError") == Some(&J::Bool(true)) || data.get("error").is_some();
-        let error = match data.get("error").and_then(|e| str_of(e, "code")) {
-            Some(c) => format!(" — error {}", code(c)),
-            None if failed => " — error".into(),
-            None => String::new(),
-        };
-        push(out, &format!("**Tool result** {}{error}\n\n", code(id)));
-        let Some(parts) = block.get("content").and_then(J::as_array) else {
-            continue;
-        };
-        for part in parts {
-            match (str_of(part, "type"), str_of(part, "text")) {
-                (Some("text"), Some(text)) => {
-                    let s = shorten(text, RESULT_MAX_LINES, RESULT_MAX_BYTES);
-                    fence(out, "", s.shown);
-                    if s.bytes_left > 0 {
-                        let at = seq.map_or(String::new(), |s| format!(" at seq {s}"));
-                        push(
-                            out,
-                            &format!(
-                                "*… {} more lines ({} bytes) not shown: the whole result is in session.jsonl{at}.*\n\n",
-                                s.lines_left, s.bytes_left
-                            ),
-                        );
-                    }
-                }
-                (ty, _) => push(
-                    out,
-                    &format!("*[{} block]*\n\n", one_line(ty.unwrap_or("unknown"))),
-                ),
-            }
-        }
-    }
-    Some(())
-}
-
-fn turn_end(data: &J, time: Option<i64>, out: &mut Vec<u8>) -> Option<()> {
-    let turn = u64_of(data, "turn")?;
-    let reason = data.get("reason")?;
-    let kind = str_of(reason, "kind")?;
-    let detail = match kind {
-        "aborted" => reason
-            .get("reason")
-            .and_then(|r| str_of(r, "kind"))
-            .map(|k| format!(" ({})", one_line(k))),
-        "error" => reason.get("error").map(|e| {
-            let msg = str_of(e, "message").unwrap_or("");
-            let c = str_of(e, "code").unwrap_or("");
-            format!(
-                " ({}{}{})",
-                one_line(c),
-                if c.is_empty() { "" } else { ": " },
-                one_line(msg)
-            )
-        }),
-        _ => None,
-    }
-    .unwrap_or_default();
-    let when = time
-        .map(|t| format!(" · {}", clock::clock(t)))
-        .unwrap_or_default();
-    push(
-        out,
-        &format!(
-            "**Turn {turn} ended:** {}{detail}{when}\n\n",
-            one_line(kind)
-        ),
-    );
-    Some(())
-}
-
-fn todo_write(data: &J, out: &mut Vec<u8>) -> Option<()> {
-    let todos = data.get("todos")?.as_array()?;
-    push(out, "**Todo list:**\n\n");
-    for t in todos {
-        let content = one_line(str_of(t, "content").unwrap_or(""));
-        let line = match str_of(t, "status") {
-            Some("completed") => format!("- [x] {content}\n"),
-            Some("in_progress") => format!("- [ ] {content} *(in progress)*\n"),
-            _ => format!("- [ ] {content}\n"),
-        };
-        push(out, &line);
-    }
-    push(out, "\n");
-    Some(())
-}
-
-fn request_header(data: &J, out: &mut Vec<u8>) -> Option<()> {
-    let config = data.get("header")?.get("config")?;
-    let provider = str_of(config, "provider")?;
-    let model = str_of(config, "model")?;
-    let reason = str_of(data, "reason").unwrap_or("?");
-    push(
-        out,
-        &format!(
-            "*Request ({}): {} / {}*\n\n",
-            one_line(reason),
-            one_line(provider),
-            one_line(model)
-        ),
-    );
-    Some(())
-}
-
-/// Renders the lines of `t`'s view from where `renderer` stands up to view
-/// offset `to` (a line boundary), handing the Markdown to `sink` piece by
-/// piece (about one read chunk at a time: memory stays bounded). A frame
-/// that fails to decode stops the rendering (the stop is rendered).
-///
-/// Errors: [`StoreError::Io`] reading the transcript (the renderer is left
-/// at the last whole line rendered); the sink's errors as
-/// [`StoreError::Io`] on `t`'s path.
-pub fn render_range(
-    t: &Transcript,
-    renderer: &mut Renderer,
-    to: u64,
-    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
-) -> Result<()> {
-    let mut out = Vec::new();
-    let mut carry: Vec<u8> = Vec::new();
-    // Bytes of an oversized line skipped so far (0: none).
-    let mut skipping: u64 = 0;
-    let mut at = renderer.state().plain_offset;
-    let sink_err = |e: io::Error| StoreError::io("write the rendering of", t.path(), e);
-    // Halved while reads fail at damage, so that every line before the
-    // damage is rendered.
-    let mut chunk_size = READ_CHUNK;
-    while at < to && !renderer.state().stopped {
-        let size = (to - at).min(u64::from(chunk_size)) as u32;
-        let chunk = match t.read(at, size) {
-            Ok(c) => c,
-            Err(e) if e.is_damage() && chunk_size > 1 => {
-                chunk_size /= 2;
-                continue;
-            }
-            Err(e) if e.is_damage() => {
-                renderer.stop_reading(&e.to_string(), &mut out);
-                break;
-            }
-            Err(e) => {
-                sink(&out).map_err(sink_err)?;
-                return Err(e);
-            }
-        };
-        if chunk.is_empty() {
-            break;
-        }
-        at += chunk.len() as u64;
-        let mut rest = chunk.as_slice();
-        // A line begun in an earlier chunk is finished first ...
-        if skipping > 0 || !carry.is_empty() {
-            if let Some(nl) = memchr_nl(rest) {
-                if skipping > 0 {
-                    renderer.oversized_line(skipping + nl as u64 + 1, &mut out);
-                    skipping = 0;
-                } else {
-                    carry.extend_from_slice(&rest[..nl]);
-                    renderer.line(&carry, &mut out);
-                    carry.clear();
-                }
-                rest = &rest[nl + 1..];
-            }
-        }
-        // ... then the lines wholly inside this chunk, together.
-        if skipping == 0 && carry.is_empty() {
-            if let Some(last) = memchr::memrchr(b'\n', rest) {
-                render_lines(renderer, &rest[..=last], &mut out);
-                rest = &rest[last + 1..];
-            }
-        }
-        if skipping > 0 {
-            skipping += rest.len() as u64;
-        } else if carry.len() + rest.len() > MAX_RENDERED_LINE {
-            skipping = (carry.len() + rest.len()) as u64;
-            carry = Vec::new();
-        } else {
-            carry.extend_from_slice(rest);
-        }
-        if !out.is_empty() {
-            sink(&out).map_err(sink_err)?;
-            out.clear();
-        }
-    }
-    sink(&out).map_err(sink_err)
-}
-
-fn memchr_nl(s: &[u8]) -> Option<usize> {
-    memchr::memchr(b'\n', s)
 }
 
 #[cfg(test)]
