@@ -27,9 +27,14 @@ const PARALLEL_PARSE_BYTES: usize = 64 * 1024;
 
 /// The lines of `part` (each ended by `\n`), without their `\n`.
 fn lines_of(part: &[u8]) -> Vec<&[u8]> {
-    let mut lines: Vec<&[u8]> = part.split(|&b| b == b'\n').collect();
-    lines.pop(); // after the last `\n`: empty
-    lines
+    let mut start = 0;
+    memchr::memchr_iter(b'\n', part)
+        .map(|nl| {
+            let line = &part[start..nl];
+            start = nl + 1;
+            line
+        })
+        .collect()
 }
 
 /// Renders the complete lines of `region` (each ended by `\n`): the
