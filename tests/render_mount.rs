@@ -465,6 +465,16 @@ fn a_growing_session_is_followed_by_tail_and_equals_a_fresh_rendering() {
         "the rendering did not grow at its end"
     );
     assert!(String::from_utf8_lossy(&after).contains("**Turn 9 ended:** completed"));
+    // Read-only, even on a read-write mount, and never removed or renamed.
+    let w = fs::OpenOptions::new()
+        .append(true)
+        .open(&md_path)
+        .unwrap_err();
+    assert_eq!(w.raw_os_error(), Some(libc::EACCES));
+    let rm = fs::remove_file(&md_path).unwrap_err();
+    assert_eq!(rm.raw_os_error(), Some(libc::EPERM));
+    let mv = fs::rename(&md_path, md_path.with_file_name("x.md")).unwrap_err();
+    assert_eq!(mv.raw_os_error(), Some(libc::EPERM));
     assert_eq!(
         after,
         render_cli(&root, "Session-A"),
