@@ -398,9 +398,9 @@ fn a_growing_session_is_followed_by_tail_and_equals_a_fresh_rendering() {
             }
         }
     });
-    // Give tail a moment to open the file and reach its end: it prints
-    // nothing until something is appended, so wait on a deadline for its
-    // first poll instead of a fixed sleep.
+    // Tail prints nothing until something is appended: wait (polling, on a
+    // deadline) until it holds session.md open, so that the growth comes
+    // after its start.
     let opened = Instant::now() + Duration::from_secs(5);
     while Instant::now() < opened {
         let fds = fs::read_dir(format!("/proc/{}/fd", guard.0.as_ref().unwrap().id()));
@@ -411,7 +411,7 @@ fn a_growing_session_is_followed_by_tail_and_equals_a_fresh_rendering() {
         if has.unwrap_or(false) {
             break;
         }
-        thread::yield_now();
+        thread::sleep(Duration::from_millis(10));
     }
 
     let plain = zstd_dc(&backing);
