@@ -14,7 +14,8 @@
 //!   byte-identical to a fresh rendering of the whole transcript;
 //! * a transcript damaged in its middle renders up to the damage and says
 //!   where and why it stopped (and `sessionfs render` prints the same and
-//!   exits with 1); a session refused at lookup has no `session.md`.
+//!   exits with 1); a session refused at lookup has no `session.md`;
+//! * times are local clock times in the `TZ` given.
 //!
 //! Every wait has a deadline; children are killed by a guard; mounts are
 //! stopped by the harness on every path.
@@ -585,4 +586,37 @@ fn damage_stops_the_rendering_and_refused_sessions_have_no_session_md() {
     assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
     assert!(fs::metadata(mount.join("--home-alice-work-app--/valid-neighbour/session.md")).is_ok());
     mount.stop();
+}
+
+#[test]
+fn times_are_local_clock_times_in_the_tz_given() {
+    // Session-A was created at 1767614400000 ms: 2026-01-05 12:00:00 UTC,
+    // its first turn one second later. A POSIX TZ string needs no tz
+    // database.
+    let root = corpus_dir().join("normal").join("root");
+    for (tz, created, turn) in [
+        ("UTC0", "2026-01-05 12:00:00 +00:00", "2026-01-05 12:00:01"),
+        ("JST-9", "2026-01-05 21:00:00 +09:00", "2026-01-05 21:00:01"),
+        ("XST+5", "2026-01-05 07:00:00 -05:00", "2026-01-05 07:00:01"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .args(["render".as_ref(), root.as_os_str(), "Session-A".as_ref()])
+            .env("TZ", tz)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "TZ={tz}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let md = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            md.contains(&format!("- **Created:** {created}")),
+            "TZ={tz}:\n{md}"
+        );
+        assert!(
+            md.contains(&format!("## Turn 1 · {turn}\n")),
+            "TZ={tz}:\n{md}"
+        );
+    }
 }
