@@ -1,5 +1,5 @@
 //! Reading a transcript's view for the renderer: whole lines out of
-//! 1 MiB reads (halved near damage so that every line before it is
+//! 512 KiB reads (halved near damage so that every line before it is
 //! rendered), oversized lines skipped, and the second half of each read's
 //! lines parsed on another thread while the first half is rendered.
 
@@ -10,8 +10,10 @@ use super::super::transcript::Transcript;
 use super::json::J;
 use super::{Renderer, MAX_RENDERED_LINE};
 
-/// Bytes of the transcript view read at once while rendering.
-const READ_CHUNK: u32 = 1 << 20;
+/// Bytes of the transcript view read at once while rendering: less than
+/// the read-ahead decodes (16 frames, 2 MiB), so that the next read finds
+/// its frames decoded on the other core.
+const READ_CHUNK: u32 = 512 << 10;
 
 /// A line parsed for [`Renderer::parsed_line`], or why it cannot be.
 pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
