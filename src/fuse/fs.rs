@@ -698,8 +698,10 @@ impl SessionFs {
                     other => other?,
                 };
                 // Listed beside session.jsonl without validating the
-                // transcript (a listing stays as cheap as before).
-                if listed.iter().any(|e| e.kind == EntryKind::Transcript) {
+                // transcript (a listing stays as cheap as before); it hides
+                // a file of that name on disk, as lookup does.
+                let rendered = listed.iter().any(|e| e.kind == EntryKind::Transcript);
+                if rendered {
                     let node = Node::Rendered {
                         project: project.clone(),
                         session: session.clone(),
@@ -707,6 +709,9 @@ impl SessionFs {
                     add(super::rendered::RENDERED_NAME.into(), Kind::File, node);
                 }
                 for e in listed {
+                    if rendered && e.name == super::rendered::RENDERED_NAME {
+                        continue;
+                    }
                     let node = match e.kind {
                         EntryKind::Transcript => Node::Transcript {
                             project: project.clone(),
