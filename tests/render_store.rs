@@ -11,6 +11,8 @@
 //!   the fresh rendering;
 //! * the same calls stored packed (`normal`), unpacked and raw render to
 //!   the same Markdown, session by session.
+//! * a line longer than `MAX_RENDERED_LINE` is listed with its length and
+//!   skipped, and the lines around it rendered.
 
 mod common;
 
@@ -256,4 +258,42 @@ fn two_mounts_sharing_a_cache_directory_both_render_right() {
         let len = r.catch_up(t).unwrap();
         assert_eq!(r.read(t, 0, len as u32 + 1).unwrap(), fresh(t));
     }
+}
+
+#[test]
+fn a_line_too_long_to_render_is_listed_and_skipped() {
+    use sessionfs::store::render::MAX_RENDERED_LINE;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("session.jsonl");
+    let header = r#"{"type":"session","version":0,"id":"long","createdAt":1767614400000,"cwd":"/w","delegationDepth":0}"#;
+    let user =
+        r#"{"type":"user/message","seq":0,"data":{"content":[{"type":"text","text":"before"}]}}"#;
+    let long = format!(
+        r#"{{"type":"user/message","seq":1,"data":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#,
+        "a".repeat(MAX_RENDERED_LINE + 10)
+    );
+    let after =
+        r#"{"type":"user/message","seq":2,"data":{"content":[{"type":"text","text":"after"}]}}"#;
+    let text = format!("{header}\n{user}\n{long}\n{after}\n");
+    fs::write(&path, &text).unwrap();
+    let cache = Arc::new(FrameCache::new(1 << 20));
+    let t = Transcript::open_with(&path, Encoding::Raw, cache, None).unwrap();
+    let md = String::from_utf8(fresh(&t)).unwrap();
+    assert!(
+        md.len() < 4096,
+        "the long line was rendered ({} bytes)",
+        md.len()
+    );
+    let offset = header.len() + user.len() + 2;
+    assert!(
+        md.contains(&format!(
+            "- line 3: {} bytes, too long to render here; read it in session.jsonl at byte {offset}\n",
+            long.len() + 1
+        )),
+        "{md}"
+    );
+    assert!(
+        md.contains("\n\nbefore\n\n") && md.ends_with("\n\nafter\n\n"),
+        "{md}"
+    );
 }

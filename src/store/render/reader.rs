@@ -131,6 +131,9 @@ pub fn render_range(
                 if skipping > 0 {
                     renderer.oversized_line(skipping + nl as u64 + 1, &mut out);
                     skipping = 0;
+                } else if carry.len() + nl > MAX_RENDERED_LINE {
+                    renderer.oversized_line((carry.len() + nl + 1) as u64, &mut out);
+                    carry = Vec::new();
                 } else {
                     carry.extend_from_slice(&rest[..nl]);
                     renderer.line(&carry, &mut out);
