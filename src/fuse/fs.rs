@@ -132,6 +132,8 @@ pub struct FsStats {
 
 pub(super) enum Handle {
     Transcript(Arc<Transcript>),
+    /// `session.md`: its transcript and rendering (`rendered.rs`).
+    Rendered(Arc<Transcript>, Arc<crate::store::render::cache::Rendering>),
     /// A writable `session.jsonl` (appends buffered per handle).
     Writer(Arc<Writer>),
     /// A passed-through file, opened with the caller's access mode.
@@ -155,6 +157,8 @@ pub struct SessionFs {
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     listings: Mutex<lru::LruCache<u64, Listing>>,
+    /// Open renderings of `session.md` files (`rendered.rs`).
+    pub(super) renderings: super::rendered::Renderings,
 }
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
@@ -177,7 +181,7 @@ fn kind_of_meta(meta: &Metadata) -> Kind {
     }
 }
 
-fn attr_of(ino: u64, meta: &Metadata) -> Attr {
+pub(super) fn attr_of(ino: u64, meta: &Metadata) -> Attr {
     Attr {
         ino,
         kind: kind_of_meta(meta),
@@ -221,6 +225,7 @@ impl SessionFs {
             listings: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
+            renderings: Default::default(),
         }
     }
 
@@ -301,6 +306,8 @@ impl SessionFs {
             Node::Session { project, session } => {
                 if name == VIEW_NAME {
                     Node::Transcript { project, session }
+                } else if name == super::rendered::RENDERED_NAME {
+                    Node::Rendered { project, session }
                 } else if crate::store::is_publication_temp(name)
                     || name == crate::store::Encoding::Zstd.file_name()
                 {
@@ -320,7 +327,7 @@ impl SessionFs {
             Node::Passthrough { .. } => Node::Passthrough {
                 rel: child_path.clone(),
             },
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+            Node::Transcript { .. } | Node::Rendered { .. } | Node::ByIdLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         };
@@ -409,6 +416,7 @@ impl SessionFs {
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)
             }
+            Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
             Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
         }
     }
@@ -452,6 +460,7 @@ impl SessionFs {
                 bypass = t.known_damage();
                 Handle::Transcript(t)
             }
+            Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let file = std::fs::OpenOptions::new()
@@ -476,6 +485,7 @@ impl SessionFs {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
             Some(Handle::Transcript(t)) => self.read_transcript(ino, &t, offset, size),
+            Some(Handle::Rendered(t, r)) => self.rendered_read(&t, &r, offset, size),
             Some(Handle::Writer(w)) => {
                 let dir = w.session_dir();
                 let (project, session) = split_session_dir(&dir);
@@ -723,7 +733,21 @@ impl SessionFs {
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
                     other => other?,
                 };
+                // Listed beside session.jsonl without validating the
+                // transcript (a listing stays as cheap as before); it hides
+                // a file of that name on disk, as lookup does.
+                let rendered = listed.iter().any(|e| e.kind == EntryKind::Transcript);
+                if rendered {
+                    let node = Node::Rendered {
+                        project: project.clone(),
+                        session: session.clone(),
+                    };
+                    add(super::rendered::RENDERED_NAME.into(), Kind::File, node);
+                }
                 for e in listed {
+                    if rendered && e.name == super::rendered::RENDERED_NAME {
+                        continue;
+                    }
                     let node = match e.kind {
                         EntryKind::Transcript => Node::Transcript {
                             project: project.clone(),
@@ -742,7 +766,7 @@ impl SessionFs {
                     add(e.name, kind_of_entry(e.kind), Node::Passthrough { rel });
                 }
             }
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
+            Node::Transcript { .. } | Node::Rendered { .. } | Node::ByIdLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         }
@@ -839,6 +863,7 @@ impl Handle {
     pub(super) fn share(&self) -> Handle {
         match self {
             Handle::Transcript(t) => Handle::Transcript(Arc::clone(t)),
+            Handle::Rendered(t, r) => Handle::Rendered(Arc::clone(t), Arc::clone(r)),
             Handle::Writer(w) => Handle::Writer(Arc::clone(w)),
             Handle::File(f) => Handle::File(Arc::clone(f)),
         }

@@ -25,7 +25,9 @@ pub mod naming;
 pub mod publish;
 pub mod quarantine;
 pub mod session_writer;
+pub mod render;
 pub mod tail;
+pub mod title;
 pub mod transcript;
 
 use std::ffi::{OsStr, OsString};
@@ -217,6 +219,12 @@ impl Store {
     /// The root directory (real path).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Where frame indexes (and renderings, issue 16) are persisted, if
+    /// anywhere.
+    pub fn index_dir(&self) -> Option<&Path> {
+        self.index_dir.as_deref()
     }
 
     /// The root's encoding.
