@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks of the read-path speed goals (P1-P4, P6; see bench.py): builds sessionfs in release mode,
+# Benchmarks of the read-path goals (P1-P4, P6) and of rendering session.md
+# (P8; see bench.py): builds sessionfs in release mode,
 # generates its own stores (a ~1 GiB-plaintext transcript in 20,000 frames
 # and a root of 10,000 small sessions) with examples/gen_store.rs, mounts
 # them and prints every figure as a ratio with its baseline. Then P7 of

@@ -1164,7 +1164,8 @@ fn smbnetfs_races_with_one_winner_or_is_read_only() {
 /// `faketime`).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
-/// Every file under `dir` (recursively) whose name contains `.cut-`.
+/// Every file under `dir` (recursively) whose name contains `.bytes-`
+/// (a byte range kept by the quarantine).
 fn kept_cuts(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(entries) = fs::read_dir(dir) else {
@@ -1176,7 +1177,7 @@ fn kept_cuts(dir: &Path) -> Vec<PathBuf> {
             out.extend(kept_cuts(&p));
         } else if p
             .file_name()
-            .is_some_and(|n| n.to_string_lossy().contains(".cut-"))
+            .is_some_and(|n| n.to_string_lossy().contains(".bytes-"))
         {
             out.push(p);
         }

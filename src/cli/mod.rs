@@ -16,6 +16,7 @@ mod list_views;
 mod mount;
 mod options;
 mod remount;
+mod render;
 mod units;
 
 use std::ffi::OsString;
@@ -137,6 +138,11 @@ Examples:
     #[command(after_help = append::AFTER_HELP)]
     Append(find::IdArgs),
 
+    /// Write the session ID as readable Markdown to stdout: the same text
+    /// as `session.md` in the mount.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", render::AFTER_HELP))]
+    Render(find::IdArgs),
+
     /// Print the project directory name (`--<key>--`) of a cwd, as the
     /// store derives it. PATH is used as given: not resolved, not
     /// normalized.
@@ -232,6 +238,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::List(args) => list::run(args),
         Command::Locate(args) => find::locate(args),
         Command::Cat(args) => find::cat(args),
+        Command::Render(args) => render::run(args),
         Command::Append(args) => append::run(&args.root, &args.id, &mut std::io::stdin().lock()),
         Command::Key(args) => key::run(args),
         Command::Check(args) => check::run(args),

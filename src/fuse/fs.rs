@@ -133,6 +133,8 @@ pub struct FsStats {
 
 pub(super) enum Handle {
     Transcript(Arc<Transcript>),
+    /// `session.md`: its transcript and rendering (`rendered.rs`).
+    Rendered(Arc<Transcript>, Arc<crate::store::render::cache::Rendering>),
     /// A writable `session.jsonl` (appends buffered per handle).
     Writer(Arc<Writer>),
     /// A passed-through file, opened with the caller's access mode.
@@ -156,6 +158,8 @@ pub struct SessionFs {
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     listings: Mutex<lru::LruCache<u64, Listing>>,
+    /// Open renderings of `session.md` files (`rendered.rs`).
+    pub(super) renderings: super::rendered::Renderings,
     /// The `.by-*` views' catalog (see `views.rs`).
     pub(super) views: ViewCatalog,
 }
@@ -184,7 +188,7 @@ fn kind_of_meta(meta: &Metadata) -> Kind {
     }
 }
 
-fn attr_of(ino: u64, meta: &Metadata) -> Attr {
+pub(super) fn attr_of(ino: u64, meta: &Metadata) -> Attr {
     Attr {
         ino,
         kind: kind_of_meta(meta),
@@ -230,6 +234,7 @@ impl SessionFs {
             listings: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
+            renderings: Default::default(),
         }
     }
 
@@ -313,6 +318,8 @@ impl SessionFs {
             Node::Session { project, session } => {
                 if name == VIEW_NAME {
                     Node::Transcript { project, session }
+                } else if name == super::rendered::RENDERED_NAME {
+                    Node::Rendered { project, session }
                 } else if crate::store::is_publication_temp(name)
                     || name == crate::store::Encoding::Zstd.file_name()
                 {
@@ -332,7 +339,10 @@ impl SessionFs {
             Node::Passthrough { .. } => Node::Passthrough {
                 rel: child_path.clone(),
             },
-            Node::Transcript { .. } | Node::ByIdLink { .. } | Node::ViewLink { .. } => {
+            Node::Transcript { .. }
+            | Node::Rendered { .. }
+            | Node::ByIdLink { .. }
+            | Node::ViewLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         };
@@ -422,6 +432,7 @@ impl SessionFs {
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)
             }
+            Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
             Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
         }
     }
@@ -465,6 +476,7 @@ impl SessionFs {
                 bypass = t.known_damage();
                 Handle::Transcript(t)
             }
+            Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let file = std::fs::OpenOptions::new()
@@ -489,6 +501,7 @@ impl SessionFs {
         let handle = self.handles.lock().get(&fh).map(Handle::share);
         match handle {
             Some(Handle::Transcript(t)) => self.read_transcript(ino, &t, offset, size),
+            Some(Handle::Rendered(t, r)) => self.rendered_read(&t, &r, offset, size),
             Some(Handle::Writer(w)) => {
                 let dir = w.session_dir();
                 let (project, session) = split_session_dir(&dir);
@@ -748,7 +761,21 @@ impl SessionFs {
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
                     other => other?,
                 };
+                // Listed beside session.jsonl without validating the
+                // transcript (a listing stays as cheap as before); it hides
+                // a file of that name on disk, as lookup does.
+                let rendered = listed.iter().any(|e| e.kind == EntryKind::Transcript);
+                if rendered {
+                    let node = Node::Rendered {
+                        project: project.clone(),
+                        session: session.clone(),
+                    };
+                    add(super::rendered::RENDERED_NAME.into(), Kind::File, node);
+                }
                 for e in listed {
+                    if rendered && e.name == super::rendered::RENDERED_NAME {
+                        continue;
+                    }
                     let node = match e.kind {
                         EntryKind::Transcript => Node::Transcript {
                             project: project.clone(),
@@ -767,7 +794,10 @@ impl SessionFs {
                     add(e.name, kind_of_entry(e.kind), Node::Passthrough { rel });
                 }
             }
-            Node::Transcript { .. } | Node::ByIdLink { .. } | Node::ViewLink { .. } => {
+            Node::Transcript { .. }
+            | Node::Rendered { .. }
+            | Node::ByIdLink { .. }
+            | Node::ViewLink { .. } => {
                 return Err(FsError::Errno(libc::ENOTDIR))
             }
         }
@@ -875,6 +905,7 @@ impl Handle {
     pub(super) fn share(&self) -> Handle {
         match self {
             Handle::Transcript(t) => Handle::Transcript(Arc::clone(t)),
+            Handle::Rendered(t, r) => Handle::Rendered(Arc::clone(t), Arc::clone(r)),
             Handle::Writer(w) => Handle::Writer(Arc::clone(w)),
             Handle::File(f) => Handle::File(Arc::clone(f)),
         }

@@ -52,6 +52,7 @@ fn io_errno(path: &Path, op: &'static str, e: std::io::Error) -> FsError {
 /// such names cannot be created, removed or renamed through the mount.
 fn is_store_owned_name(name: &OsStr) -> bool {
     name == VIEW_NAME
+        || name == super::rendered::RENDERED_NAME
         || name == "session.jsonl.zstd"
         || is_publication_temp(name)
         || is_foreign_transcript_name(name)
@@ -451,6 +452,7 @@ impl SessionFs {
     ) -> FsResult<Attr> {
         let (path, node) = self.node(ino)?;
         let backing = match &node {
+            Node::Rendered { .. } => return Err(eperm(format!("{} is read-only", path.display()))),
             Node::Transcript { project, session } => {
                 // The size is the committed length plus the complete lines
                 // pending in this mount's handles (MOUNT.md, Attributes):

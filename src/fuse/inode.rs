@@ -49,6 +49,11 @@ pub enum Node {
         project: OsString,
         session: OsString,
     },
+    /// `session.md`: the rendered transcript (issue 16, `rendered.rs`).
+    Rendered {
+        project: OsString,
+        session: OsString,
+    },
     /// A session-owned entry, passed through (`rel` is relative to the root).
     Passthrough { rel: PathBuf },
 }

@@ -11,6 +11,7 @@ mod fusermount;
 mod inode;
 pub mod mount_table;
 mod preflight;
+mod rendered;
 mod run;
 pub mod status;
 mod views;

@@ -64,12 +64,12 @@ use std::thread;
 use std::time::Duration;
 
 use super::classify::{classify, Failure, WalkEnd};
-use super::cutkeep;
 use super::error::{Result, StoreError};
 use super::frame::{encode_frame, walk_frame, FrameError, FrameInfo, FrameKind, Step};
 use super::fskind::{self, CommitProtocol};
 use super::lease::{self, HolderId, LeaseConfig, LockGuard};
 use super::lines::SeqCursor;
+use super::quarantine::{self, Quarantine};
 use super::tail::{last_line_of_frames, last_raw_line, next_seq_from_last_line, prev_newline};
 use super::transcript::Encoding;
 
@@ -162,7 +162,7 @@ pub struct CommitOptions {
     pub protocol: Option<CommitProtocol>,
     /// Lock holder identity; `None`: [`HolderId::current`].
     pub holder: Option<HolderId>,
-    /// Quarantine base for cut bytes; `None`: [`cutkeep::default_base`].
+    /// Quarantine base for cut bytes; `None`: [`quarantine::base_dir`].
     pub quarantine: Option<PathBuf>,
     /// Test hooks.
     pub hooks: Option<Arc<CommitHooks>>,
@@ -249,7 +249,10 @@ pub fn append_with_options(
     let (dev, ino) = settle_identity(path, &mut file, protocol)?;
     take_ofd_lock(path, &file)?;
     let hint = hint.filter(|h| h.dev == dev && h.ino == ino);
-    let quarantine = opts.quarantine.clone().or_else(cutkeep::default_base);
+    let quarantine = opts
+        .quarantine
+        .clone()
+        .or_else(|| quarantine::base_dir().ok());
     let tail = settled_tail(
         path,
         &file,
@@ -545,13 +548,18 @@ fn cut_torn(
              XDG_STATE_HOME or HOME) to keep it in before cutting it"
         )));
     };
-    let root = path
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("/"));
+    let (root, rel) = quarantine::root_and_rel(path);
     let why = format!("torn frame of {previous}, whose lease ended; lock taken over");
-    let kept = cutkeep::keep(base, root, path, fresh, at, len, &why)
+    let kept = Quarantine::create_in(base, &root)
+        .and_then(|q| {
+            let copy = q.copy_range(fresh, at, len, &rel)?;
+            q.note(&format!(
+                "bytes {at}..{len} of {} cut by sessionfs pid {}: {why}",
+                path.display(),
+                std::process::id()
+            ))?;
+            Ok(copy)
+        })
         .map_err(|e| fail(format!("a torn frame at byte {at}, which could not be kept in quarantine ({e}); nothing was cut")))?;
     guard.check(path, "cutting a torn frame")?;
     file.set_len(at)

@@ -10,7 +10,6 @@ pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod classify;
-pub mod cutkeep;
 pub mod decode;
 pub mod error;
 pub mod frame;
@@ -26,6 +25,7 @@ pub mod naming;
 pub mod publish;
 pub mod quarantine;
 pub mod session_writer;
+pub mod render;
 pub mod tail;
 pub mod title;
 pub mod transcript;
@@ -222,15 +222,15 @@ impl Store {
         &self.root
     }
 
+    /// Where frame indexes (and renderings, issue 16, and the views'
+    /// catalog, issue 14) are persisted, if anywhere.
+    pub fn index_dir(&self) -> Option<&Path> {
+        self.index_dir.as_deref()
+    }
+
     /// The root's encoding.
     pub fn encoding(&self) -> Encoding {
         self.encoding
-    }
-
-    /// Where frame indexes (and the views' catalog) are persisted, if
-    /// anywhere.
-    pub fn index_dir(&self) -> Option<&Path> {
-        self.index_dir.as_deref()
     }
 
     /// The shared decoded-frame cache.

@@ -184,6 +184,12 @@ impl Transcript {
         &self.path
     }
 
+    /// Device and inode of the backing file as last seen (what persisted
+    /// caches are keyed by).
+    pub fn ident(&self) -> FileIdent {
+        self.state.read().ident
+    }
+
     /// The validated header.
     pub fn header(&self) -> Header {
         self.state.read().header.clone()
