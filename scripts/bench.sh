@@ -13,17 +13,21 @@
 # scripts/install-net-test-deps.sh and the installed oracle; about 1.5 GB of
 # disk under $BENCH_DIR (default: a temporary directory, removed afterwards).
 #
+# P9 (issue 14, scripts/bench_views.py): the .by-date and .by-cwd views of
+# a 10,000-session root (examples/gen_views_store.rs) on a second mount.
+#
 # Usage: scripts/bench.sh [PLAINTEXT_MB] [FRAMES] [SESSIONS]
 #        BENCH_ONLY=append scripts/bench.sh    # P7 only
+#        BENCH_ONLY=views scripts/bench.sh     # P9 only
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 command -v zstd >/dev/null 2>&1 || { [ "$(id -u)" -eq 0 ] && apt-get update && apt-get install -y zstd; }
-cargo build --release --bin sessionfs --example gen_store
+cargo build --release --bin sessionfs --example gen_store --example gen_views_store
 
 work=${BENCH_DIR:-$(mktemp -d)}
 cleanup() {
-  for m in "$work"/mnt* "$work"/append/mnt*; do
+  for m in "$work"/mnt* "$work"/append/mnt* "$work"/mnt-views*; do
     grep -qs " $m " /proc/self/mounts && timeout 10 umount -l "$m" || true
   done
   if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$work"; fi
@@ -33,6 +37,11 @@ trap cleanup EXIT
 mb=${1:-1024}
 frames=${2:-20000}
 sessions=${3:-10000}
+if [ "${BENCH_ONLY:-}" != append ]; then
+  [ -d "$work/views" ] || target/release/examples/gen_views_store "$work/views" "$sessions"
+  python3 scripts/bench_views.py target/release/sessionfs "$work"
+fi
+if [ "${BENCH_ONLY:-}" = views ]; then exit 0; fi
 if [ "${BENCH_ONLY:-}" != append ]; then
   [ -d "$work/big" ] || target/release/examples/gen_store big "$work/big" "$mb" "$frames"
   [ -d "$work/many" ] || target/release/examples/gen_store many "$work/many" "$sessions"
