@@ -296,7 +296,8 @@ impl SessionFs {
                     }
                 }
             }
-            Node::ViewDir { view, rel } => self.view_lookup(view, &rel, name)?,
+            // Every session is visible until the per-user filter (issue 9) joins.
+            Node::ViewDir { view, rel } => self.view_lookup(view, &rel, name, &|_| true)?,
             Node::ById => {
                 let (project, session) = self.store.find_session_dir_by_id(name)?;
                 Node::ByIdLink { project, session }
@@ -342,9 +343,7 @@ impl SessionFs {
             Node::Transcript { .. }
             | Node::Rendered { .. }
             | Node::ByIdLink { .. }
-            | Node::ViewLink { .. } => {
-                return Err(FsError::Errno(libc::ENOTDIR))
-            }
+            | Node::ViewLink { .. } => return Err(FsError::Errno(libc::ENOTDIR)),
         };
         let attr_node = child.clone();
         let ino = self.inodes.ino_for(child_path, child);
@@ -720,7 +719,7 @@ impl SessionFs {
                 }
             }
             Node::ViewDir { view, rel } => {
-                for (name, kind, node) in self.view_list(view, &rel)? {
+                for (name, kind, node) in self.view_list(view, &rel, &|_| true)? {
                     add(name.into(), kind, node);
                 }
             }
@@ -797,9 +796,7 @@ impl SessionFs {
             Node::Transcript { .. }
             | Node::Rendered { .. }
             | Node::ByIdLink { .. }
-            | Node::ViewLink { .. } => {
-                return Err(FsError::Errno(libc::ENOTDIR))
-            }
+            | Node::ViewLink { .. } => return Err(FsError::Errno(libc::ENOTDIR)),
         }
         Ok(entries)
     }

@@ -10,7 +10,10 @@ use std::path::Path;
 
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
 use super::inode::Node;
-use crate::store::views::ViewKind;
+use crate::store::views::{ViewFacts, ViewKind};
+
+/// Which sessions a caller may see in the views (the per-user filter).
+pub(super) type Visible<'a> = &'a dyn Fn(&ViewFacts) -> bool;
 
 /// `rel/name` inside a view.
 fn join(rel: &str, name: &str) -> String {
@@ -30,47 +33,61 @@ impl SessionFs {
         })
     }
 
-    /// Looks `name` up in the view directory `rel` of `view`.
+    /// Looks `name` up in the view directory `rel` of `view`, as a caller
+    /// who sees the sessions `visible` accepts (a directory holding none
+    /// of them is not there).
     ///
     /// Errors: ENOENT when the directory holds no such entry (any more).
-    pub(super) fn view_lookup(&self, view: ViewKind, rel: &str, name: &OsStr) -> FsResult<Node> {
+    pub(super) fn view_lookup(
+        &self,
+        view: ViewKind,
+        rel: &str,
+        name: &OsStr,
+        visible: Visible,
+    ) -> FsResult<Node> {
         let name = name.to_str().ok_or(FsError::Errno(libc::ENOENT))?;
         let snap = self.views.snapshot(&self.store)?;
-        let dir = snap
-            .tree(view)
-            .dir(rel)
-            .ok_or(FsError::Errno(libc::ENOENT))?;
+        let tree = snap.tree(view);
+        let dir = tree.dir(rel).ok_or(FsError::Errno(libc::ENOENT))?;
         let rel = join(rel, name);
-        if dir.subdirs.contains(name) {
+        if dir.subdirs.contains(name) && tree.shows_any(&rel, &snap.sessions, visible) {
             Ok(Node::ViewDir { view, rel })
-        } else if dir.links.contains_key(name) {
+        } else if dir
+            .links
+            .get(name)
+            .is_some_and(|&i| visible(&snap.sessions[i]))
+        {
             Ok(Node::ViewLink { view, rel })
         } else {
             Err(FsError::Errno(libc::ENOENT))
         }
     }
 
-    /// The entries of the view directory `rel` of `view` as (name, node).
+    /// The entries of the view directory `rel` of `view` as (name, kind,
+    /// node), as a caller who sees the sessions `visible` accepts.
     ///
     /// Errors: ENOENT when the directory is gone.
     pub(super) fn view_list(
         &self,
         view: ViewKind,
         rel: &str,
+        visible: Visible,
     ) -> FsResult<Vec<(String, Kind, Node)>> {
         let snap = self.views.snapshot(&self.store)?;
-        let dir = snap
-            .tree(view)
-            .dir(rel)
-            .ok_or(FsError::Errno(libc::ENOENT))?;
+        let tree = snap.tree(view);
+        let dir = tree.dir(rel).ok_or(FsError::Errno(libc::ENOENT))?;
         let mut out = Vec::with_capacity(dir.subdirs.len() + dir.links.len());
         for name in &dir.subdirs {
             let rel = join(rel, name);
-            out.push((name.clone(), Kind::Dir, Node::ViewDir { view, rel }));
+            if tree.shows_any(&rel, &snap.sessions, visible) {
+                out.push((name.clone(), Kind::Dir, Node::ViewDir { view, rel }));
+            }
         }
-        for name in dir.links.keys() {
-            let rel = join(rel, name);
-            out.push((name.clone(), Kind::Symlink, Node::ViewLink { view, rel }));
+        for (name, &i) in &dir.links {
+            if visible(&snap.sessions[i]) {
+                let rel = join(rel, name);
+                out.push((name.clone(), Kind::Symlink, Node::ViewLink { view, rel }));
+            }
         }
         Ok(out)
     }

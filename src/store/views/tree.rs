@@ -53,6 +53,10 @@ pub struct ViewDir {
     pub subdirs: BTreeSet<String>,
     /// Link name → index of the session in [`ViewSnapshot::sessions`].
     pub links: BTreeMap<String, usize>,
+    /// The sessions linked in this directory or below it (indexes), so
+    /// that a per-user view can hide a directory holding nothing the
+    /// caller may see.
+    pub below: Vec<usize>,
 }
 
 /// One view: directory path → directory.
@@ -68,17 +72,30 @@ impl ViewTree {
         self.dirs.get(rel)
     }
 
-    fn dir_mut(&mut self, parts: &[String]) -> &mut ViewDir {
+    /// Makes the directory `parts` and its ancestors, and records session
+    /// `i` as below each of them.
+    fn dir_mut(&mut self, parts: &[String], i: usize) -> &mut ViewDir {
         // Every ancestor exists and lists its child.
-        for i in 0..parts.len() {
-            let parent = parts[..i].join("/");
-            self.dirs
-                .entry(parent)
-                .or_default()
-                .subdirs
-                .insert(parts[i].clone());
+        for n in 0..parts.len() {
+            let parent = self.dirs.entry(parts[..n].join("/")).or_default();
+            parent.subdirs.insert(parts[n].clone());
+            parent.below.push(i);
         }
-        self.dirs.entry(parts.join("/")).or_default()
+        let dir = self.dirs.entry(parts.join("/")).or_default();
+        dir.below.push(i);
+        dir
+    }
+
+    /// Whether directory `rel` holds a session that `visible` accepts,
+    /// here or below (it stops at the first).
+    pub fn shows_any(
+        &self,
+        rel: &str,
+        sessions: &[Arc<ViewFacts>],
+        visible: &dyn Fn(&ViewFacts) -> bool,
+    ) -> bool {
+        self.dir(rel)
+            .is_some_and(|d| d.below.iter().any(|&i| visible(&sessions[i])))
     }
 }
 
@@ -152,8 +169,8 @@ impl ViewSnapshot {
             by_title: ViewTree::default(),
         };
         // Directories first, so links can avoid subdirectory names.
-        for (view, parts, _, _) in &wanted {
-            snap.tree_mut(*view).dir_mut(parts);
+        for (view, parts, _, i) in &wanted {
+            snap.tree_mut(*view).dir_mut(parts, *i);
         }
         // Short names, grouped by directory.
         let mut groups: HashMap<(ViewKind, String), BTreeMap<String, Vec<usize>>> = HashMap::new();
@@ -254,5 +271,13 @@ mod tests {
         assert!(w.links.contains_key("2026-01-05 09-00-01 other 87654321"));
         assert_eq!(snap.by_cwd.dir("").unwrap().subdirs.len(), 1);
         assert_eq!(snap.by_title.dir("").unwrap().links.len(), 3);
+        // A per-user filter hides a directory with nothing visible below.
+        let only_c = |f: &ViewFacts| f.id == "c_87654321";
+        let none = |_: &ViewFacts| false;
+        assert!(snap.by_cwd.shows_any("", &snap.sessions, &only_c));
+        assert!(snap.by_cwd.shows_any("w", &snap.sessions, &only_c));
+        assert!(!snap.by_cwd.shows_any("w", &snap.sessions, &none));
+        assert!(!snap.by_date.shows_any("2026", &snap.sessions, &none));
+        assert!(!snap.by_cwd.shows_any("nowhere", &snap.sessions, &only_c));
     }
 }
