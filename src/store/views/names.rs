@@ -22,6 +22,11 @@ pub const NAME_MAX: usize = 255;
 /// The `.by-cwd` directory of sessions without a usable cwd.
 pub const NO_CWD: &str = "_no-cwd";
 
+/// Longest usable cwd, in bytes (`PATH_MAX`): no directory can have a
+/// longer path, and the depth of `.by-cwd` stays bounded whatever a header
+/// holds.
+pub const CWD_MAX: usize = 4096;
+
 /// Characters of the short id.
 const SHORT_ID_CHARS: usize = 8;
 
@@ -52,9 +57,10 @@ pub fn cut_to_bytes(s: &str, max: usize) -> &str {
 /// and trailing slashes collapsed; `/` is the empty list (the top of
 /// `.by-cwd`). A Windows path (`C:\Users\dev`) keeps its drive as the first
 /// component (`C:`, `Users`, `dev`). A missing, empty or relative cwd gives
-/// `[_no-cwd]`. Components are escaped as the module says.
+/// `[_no-cwd]`, and so does one longer than [`CWD_MAX`] bytes. Components
+/// are escaped as the module says.
 pub fn cwd_components(cwd: Option<&str>) -> Vec<String> {
-    let Some(cwd) = cwd.filter(|c| !c.is_empty()) else {
+    let Some(cwd) = cwd.filter(|c| !c.is_empty() && c.len() <= CWD_MAX) else {
         return vec![NO_CWD.to_string()];
     };
     let cwd = nfc(cwd);
@@ -178,6 +184,7 @@ mod tests {
         assert_eq!(cwd_components(None), [NO_CWD]);
         assert_eq!(cwd_components(Some("")), [NO_CWD]);
         assert_eq!(cwd_components(Some("rel/path")), [NO_CWD]);
+        assert_eq!(cwd_components(Some(&"/a".repeat(CWD_MAX))), [NO_CWD]);
         assert_eq!(cwd_components(Some("/_no-cwd/a")), ["%5Fno-cwd", "a"]);
         assert_eq!(
             cwd_components(Some("/a/./../b")),
