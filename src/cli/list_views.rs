@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use jiff::tz::TimeZone;
 
-use crate::store::views::{ViewCatalog, ViewFacts, ViewKind, ViewSnapshot, ViewTree};
+use crate::store::views::{ViewCatalog, ViewFacts, ViewKind, ViewSnapshot};
 use crate::store::Store;
 
 /// The trees `list --by` prints.
@@ -106,25 +106,24 @@ pub(super) fn write_tree(out: &mut impl Write, snap: &ViewSnapshot, by: ByView) 
         ByView::Cwd => ViewKind::Cwd,
         ByView::Date => ViewKind::Date,
     };
-    let tree = snap.tree(view);
     writeln!(out, "{}/", view.dir_name())?;
     // An explicit stack: the depth is the input's, never recursion.
     let mut stack: Vec<(String, usize)> = vec![(String::new(), 1)];
     while let Some((rel, depth)) = stack.pop() {
-        write_dir(out, tree, snap, &rel, depth, &mut stack)?;
+        write_dir(out, view, snap, &rel, depth, &mut stack)?;
     }
     Ok(())
 }
 
 fn write_dir(
     out: &mut impl Write,
-    tree: &ViewTree,
+    view: ViewKind,
     snap: &ViewSnapshot,
     rel: &str,
     depth: usize,
     stack: &mut Vec<(String, usize)>,
 ) -> io::Result<()> {
-    let Some(dir) = tree.dir(rel) else {
+    let Some(dir) = snap.tree(view).dir(rel) else {
         return Ok(());
     };
     let indent = "  ".repeat(depth);
@@ -132,7 +131,7 @@ fn write_dir(
         let name = rel.rsplit('/').next().unwrap_or(rel);
         writeln!(out, "{}{}/", "  ".repeat(depth - 1), name)?;
     }
-    for (name, &i) in &dir.links {
+    for (name, &i) in snap.links(view, dir) {
         let s = &snap.sessions[i];
         writeln!(
             out,

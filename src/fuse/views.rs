@@ -52,8 +52,8 @@ impl SessionFs {
         let rel = join(rel, name);
         if dir.subdirs.contains(name) && tree.shows_any(&rel, &snap.sessions, visible) {
             Ok(Node::ViewDir { view, rel })
-        } else if dir
-            .links
+        } else if snap
+            .links(view, dir)
             .get(name)
             .is_some_and(|&i| visible(&snap.sessions[i]))
         {
@@ -76,14 +76,14 @@ impl SessionFs {
         let snap = self.views.snapshot(&self.store)?;
         let tree = snap.tree(view);
         let dir = tree.dir(rel).ok_or(FsError::Errno(libc::ENOENT))?;
-        let mut out = Vec::with_capacity(dir.subdirs.len() + dir.links.len());
+        let mut out = Vec::with_capacity(dir.subdirs.len() + dir.members.len());
         for name in &dir.subdirs {
             let rel = join(rel, name);
             if tree.shows_any(&rel, &snap.sessions, visible) {
                 out.push((name.clone(), Kind::Dir, Node::ViewDir { view, rel }));
             }
         }
-        for (name, &i) in &dir.links {
+        for (name, &i) in snap.links(view, dir) {
             if visible(&snap.sessions[i]) {
                 let rel = join(rel, name);
                 out.push((name.clone(), Kind::Symlink, Node::ViewLink { view, rel }));
@@ -98,12 +98,7 @@ impl SessionFs {
     /// Errors: ENOENT when the link is gone.
     pub(super) fn view_target(&self, view: ViewKind, rel: &str) -> FsResult<Vec<u8>> {
         let snap = self.views.snapshot(&self.store)?;
-        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-        let &i = snap
-            .tree(view)
-            .dir(parent)
-            .and_then(|d| d.links.get(name))
-            .ok_or(FsError::Errno(libc::ENOENT))?;
+        let i = snap.link(view, rel).ok_or(FsError::Errno(libc::ENOENT))?;
         let s = &snap.sessions[i];
         let depth = 1 + rel.matches('/').count();
         let mut target = b"../".repeat(depth);

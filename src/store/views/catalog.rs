@@ -12,7 +12,9 @@
 //! transcript's identity or size changed). Another project is listed again
 //! and its sessions are matched by transcript identity (device, inode).
 //! A session is read only when it is new or changed: its transcript is
-//! validated ([`Store::transcript`]) and read up to its first user message.
+//! validated (the checks of [`Store::transcript`]; a duplicate id, the same
+//! session directory name in two projects, is found from the catalog) and
+//! read up to its first user message.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -30,7 +32,7 @@ use serde_json::{json, Value};
 use super::facts::{scan_title, ViewFacts};
 use super::names::fnv1a;
 use super::tree::ViewSnapshot;
-use crate::store::{EntryKind, Store, StoreError};
+use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcript};
 
 /// A directory timestamp this close to the scan's clock is not trusted:
 /// a change in the same clock tick would leave it unchanged.
@@ -109,6 +111,9 @@ pub struct ViewCatalog {
     persist: Option<PathBuf>,
     max_age: Duration,
     zone: TimeZone,
+    /// Decoded frames of title scans: the catalog's own, so reading
+    /// titles never evicts the mount's.
+    cache: Arc<FrameCache>,
 }
 
 impl ViewCatalog {
@@ -130,6 +135,7 @@ impl ViewCatalog {
             persist,
             max_age,
             zone: TimeZone::system(),
+            cache: Arc::new(FrameCache::new(TITLE_CACHE)),
         }
     }
 
@@ -145,7 +151,7 @@ impl ViewCatalog {
                 return Ok(Arc::clone(snap));
             }
         }
-        let changed = rescan(store, &mut st.projects)?;
+        let changed = rescan(store, &self.cache, &mut st.projects)?;
         if changed || st.snapshot.is_none() {
             let snap = Arc::new(ViewSnapshot::build(visible_facts(&st.projects), &self.zone));
             st.snapshot = Some((Instant::now(), snap));
@@ -184,7 +190,11 @@ fn visible_facts(projects: &BTreeMap<OsString, Project>) -> Vec<Arc<ViewFacts>> 
 }
 
 /// Brings `projects` up to date with the root; true when anything changed.
-fn rescan(store: &Store, projects: &mut BTreeMap<OsString, Project>) -> Result<bool, StoreError> {
+fn rescan(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    projects: &mut BTreeMap<OsString, Project>,
+) -> Result<bool, StoreError> {
     let names = store.list_projects()?;
     let mut changed = false;
     let before = projects.len();
@@ -202,7 +212,7 @@ fn rescan(store: &Store, projects: &mut BTreeMap<OsString, Project>) -> Result<b
             for (session, slot) in project.sessions.iter_mut() {
                 let settled = matches!(slot, Slot::Seen { settled: true, .. });
                 if !settled {
-                    changed |= revisit(store, &name, session, slot);
+                    changed |= revisit(store, cache, &name, session, slot);
                 }
             }
             continue;
@@ -223,7 +233,7 @@ fn rescan(store: &Store, projects: &mut BTreeMap<OsString, Project>) -> Result<b
                 continue;
             }
             let mut slot = project.sessions.remove(&entry.name).unwrap_or(Slot::Empty);
-            revisit(store, &name, &entry.name, &mut slot);
+            revisit(store, cache, &name, &entry.name, &mut slot);
             sessions.insert(entry.name, slot);
         }
         project.sessions = sessions;
@@ -234,7 +244,13 @@ fn rescan(store: &Store, projects: &mut BTreeMap<OsString, Project>) -> Result<b
 
 /// Looks at one session directory again; reads it only when its
 /// transcript is new or changed. True when the slot changed.
-fn revisit(store: &Store, project: &OsStr, session: &OsStr, slot: &mut Slot) -> bool {
+fn revisit(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    project: &OsStr,
+    session: &OsStr,
+    slot: &mut Slot,
+) -> bool {
     let path = store
         .root()
         .join(project)
@@ -257,14 +273,47 @@ fn revisit(store: &Store, project: &OsStr, session: &OsStr, slot: &mut Slot) -> 
             return false;
         }
     }
-    *slot = read_session(store, project, session, &meta);
+    *slot = read_session(store, cache, project, session, &meta);
     true
 }
 
+/// Opens the transcript of one session and checks it as
+/// [`Store::transcript`] does, except for duplicate ids (the catalog finds
+/// those itself, from memory: [`visible_facts`]): encoding, header and
+/// structure, placement.
+fn open_checked(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    project: &OsStr,
+    session: &OsStr,
+) -> Result<Transcript, StoreError> {
+    let dir = store.root().join(project).join(session);
+    let opposite = dir.join(store.encoding().opposite().file_name());
+    if fs::symlink_metadata(&opposite).is_ok() {
+        return Err(StoreError::EncodingMismatch {
+            path: opposite,
+            root_is_zstd: store.encoding() == Encoding::Zstd,
+        });
+    }
+    let path = dir.join(store.encoding().file_name());
+    let t = Transcript::open(&path, store.encoding(), Arc::clone(cache))?;
+    store.check_placement(&t.header(), project, session, t.path())?;
+    Ok(t)
+}
+
+/// Decoded bytes the title scans may keep cached.
+const TITLE_CACHE: u64 = 1024 * 1024;
+
 /// Validates and reads one session.
-fn read_session(store: &Store, project: &OsStr, session: &OsStr, meta: &fs::Metadata) -> Slot {
+fn read_session(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    project: &OsStr,
+    session: &OsStr,
+    meta: &fs::Metadata,
+) -> Slot {
     SESSIONS_READ.fetch_add(1, Ordering::Relaxed);
-    let (facts, settled) = match store.transcript(project, session) {
+    let (facts, settled) = match open_checked(store, cache, project, session) {
         Ok(t) => {
             let header = t.header();
             let (title, settled) = scan_title(&t);
@@ -281,13 +330,11 @@ fn read_session(store: &Store, project: &OsStr, session: &OsStr, meta: &fs::Meta
         Err(e) => {
             log::debug!("views leave out a session: {e}");
             // Read again when the file changes (a transcript still being
-            // written); a duplicate at every scan (it becomes valid when
-            // the other copy goes, and its file need not change).
-            let duplicate = matches!(e, StoreError::DuplicateId { .. });
+            // written).
             return Slot::Seen {
                 dev: meta.dev(),
                 ino: meta.ino(),
-                len: if duplicate { u64::MAX } else { meta.len() },
+                len: meta.len(),
                 facts: None,
                 settled: false,
             };

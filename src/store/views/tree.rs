@@ -5,7 +5,7 @@
 //! [`ViewSnapshot::sessions`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use jiff::tz::TimeZone;
@@ -47,20 +47,24 @@ impl ViewKind {
 }
 
 /// One directory of a view.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct ViewDir {
     /// Names of the subdirectories.
     pub subdirs: BTreeSet<String>,
-    /// Link name → index of the session in [`ViewSnapshot::sessions`].
-    pub links: BTreeMap<String, usize>,
-    /// The sessions linked in this directory or below it (indexes), so
-    /// that a per-user view can hide a directory holding nothing the
-    /// caller may see.
+    /// The sessions linked in this directory (indexes into
+    /// [`ViewSnapshot::sessions`]).
+    pub members: Vec<usize>,
+    /// The sessions linked in this directory or below it, so that a
+    /// per-user view can hide a directory holding nothing the caller may
+    /// see.
     pub below: Vec<usize>,
+    /// Link name → session index, made at the first use of the directory
+    /// (see [`ViewSnapshot::links`]).
+    links: OnceLock<BTreeMap<String, usize>>,
 }
 
 /// One view: directory path → directory.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct ViewTree {
     /// `""` is the view's top directory.
     pub dirs: HashMap<String, ViewDir>,
@@ -73,17 +77,23 @@ impl ViewTree {
     }
 
     /// Makes the directory `parts` and its ancestors, and records session
-    /// `i` as below each of them.
-    fn dir_mut(&mut self, parts: &[String], i: usize) -> &mut ViewDir {
-        // Every ancestor exists and lists its child.
-        for n in 0..parts.len() {
-            let parent = self.dirs.entry(parts[..n].join("/")).or_default();
-            parent.subdirs.insert(parts[n].clone());
+    /// `i` in it and as below each of them.
+    fn add(&mut self, parts: &[String], i: usize) {
+        let mut path = String::new();
+        for part in parts {
+            let parent = self.dirs.entry(path.clone()).or_default();
             parent.below.push(i);
+            if !parent.subdirs.contains(part) {
+                parent.subdirs.insert(part.clone());
+            }
+            if !path.is_empty() {
+                path.push('/');
+            }
+            path.push_str(part);
         }
-        let dir = self.dirs.entry(parts.join("/")).or_default();
+        let dir = self.dirs.entry(path).or_default();
         dir.below.push(i);
-        dir
+        dir.members.push(i);
     }
 
     /// Whether directory `rel` holds a session that `visible` accepts,
@@ -99,7 +109,10 @@ impl ViewTree {
     }
 }
 
-/// All three views at one moment, and the sessions they link to.
+/// All three views at one moment, and the sessions they link to. Each
+/// view's tree is made at its first use, and each directory's link names
+/// at the first use of that directory, so listing one day or one cwd
+/// formats only that directory's names.
 #[derive(Debug)]
 pub struct ViewSnapshot {
     /// When this snapshot was built: the views' directories show it as
@@ -108,12 +121,8 @@ pub struct ViewSnapshot {
     pub built: SystemTime,
     /// The sessions shown, sorted by (createdAt, id).
     pub sessions: Vec<Arc<ViewFacts>>,
-    /// `.by-cwd`.
-    pub by_cwd: ViewTree,
-    /// `.by-date`.
-    pub by_date: ViewTree,
-    /// `.by-title`.
-    pub by_title: ViewTree,
+    zone: TimeZone,
+    trees: [OnceLock<ViewTree>; 3],
 }
 
 /// A session's creation time as local date parts in `zone`:
@@ -134,98 +143,91 @@ pub fn local_parts(ms: u64, zone: &TimeZone) -> (String, String, String, String)
     )
 }
 
-impl ViewSnapshot {
-    /// The tree of `view`.
-    pub fn tree(&self, view: ViewKind) -> &ViewTree {
-        match view {
-            ViewKind::Cwd => &self.by_cwd,
-            ViewKind::Date => &self.by_date,
-            ViewKind::Title => &self.by_title,
-        }
+fn index(view: ViewKind) -> usize {
+    match view {
+        ViewKind::Cwd => 0,
+        ViewKind::Date => 1,
+        ViewKind::Title => 2,
     }
+}
 
-    /// Builds the views of `sessions` (dates in `zone`). Link names are
-    /// unique within a directory: every name shared by several sessions,
-    /// or equal to a subdirectory beside it, gets the full id (the encoded
-    /// one) instead of the short id.
+impl ViewSnapshot {
+    /// The views of `sessions`, dates in `zone` (the trees are made when
+    /// first used).
     pub fn build(mut sessions: Vec<Arc<ViewFacts>>, zone: &TimeZone) -> ViewSnapshot {
         sessions.sort_by(|a, b| {
             (a.created_at_ms, &a.id, &a.project).cmp(&(b.created_at_ms, &b.id, &b.project))
         });
-        // (view, dir parts, prefix) per session.
-        let mut wanted: Vec<(ViewKind, Vec<String>, String, usize)> = Vec::new();
-        for (i, s) in sessions.iter().enumerate() {
-            let (y, m, d, hms) = local_parts(s.created_at_ms, zone);
-            let day = format!("{y}-{m}-{d} {hms}");
-            wanted.push((ViewKind::Cwd, cwd_components(s.cwd.as_deref()), day, i));
-            wanted.push((ViewKind::Date, vec![y, m, d], hms, i));
-            wanted.push((ViewKind::Title, Vec::new(), String::new(), i));
-        }
-        let mut snap = ViewSnapshot {
+        ViewSnapshot {
             built: SystemTime::now(),
             sessions,
-            by_cwd: ViewTree::default(),
-            by_date: ViewTree::default(),
-            by_title: ViewTree::default(),
-        };
-        // Directories first, so links can avoid subdirectory names.
-        for (view, parts, _, i) in &wanted {
-            snap.tree_mut(*view).dir_mut(parts, *i);
+            zone: zone.clone(),
+            trees: Default::default(),
         }
-        // Short names, grouped by directory.
-        let mut groups: HashMap<(ViewKind, String), BTreeMap<String, Vec<usize>>> = HashMap::new();
-        for (view, parts, prefix, i) in &wanted {
-            let s = &snap.sessions[*i];
-            let name = link_name(prefix, &s.title, &short_id(&s.id));
-            groups
-                .entry((*view, parts.join("/")))
-                .or_default()
-                .entry(name)
-                .or_default()
-                .push(*i);
-        }
-        for ((view, rel), names) in groups {
+    }
+
+    /// The tree of `view`.
+    pub fn tree(&self, view: ViewKind) -> &ViewTree {
+        self.trees[index(view)].get_or_init(|| {
+            let mut tree = ViewTree::default();
+            tree.dirs.insert(String::new(), ViewDir::default());
+            for (i, s) in self.sessions.iter().enumerate() {
+                let parts = match view {
+                    ViewKind::Cwd => cwd_components(s.cwd.as_deref()),
+                    ViewKind::Date => {
+                        let (y, m, d, _) = local_parts(s.created_at_ms, &self.zone);
+                        vec![y, m, d]
+                    }
+                    ViewKind::Title => Vec::new(),
+                };
+                tree.add(&parts, i);
+            }
+            tree
+        })
+    }
+
+    /// The links of directory `dir` of `view`: names unique within the
+    /// directory. Every name shared by several sessions, or equal to a
+    /// subdirectory beside it, gets the full id (the encoded one) instead
+    /// of the short id, so names never depend on listing order.
+    pub fn links<'a>(&'a self, view: ViewKind, dir: &'a ViewDir) -> &'a BTreeMap<String, usize> {
+        dir.links.get_or_init(|| {
+            let prefix = |i: usize| -> String {
+                let (y, m, d, hms) = local_parts(self.sessions[i].created_at_ms, &self.zone);
+                match view {
+                    ViewKind::Cwd => format!("{y}-{m}-{d} {hms}"),
+                    ViewKind::Date => hms,
+                    ViewKind::Title => String::new(),
+                }
+            };
+            let mut names: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
+            for &i in &dir.members {
+                let s = &self.sessions[i];
+                let p = prefix(i);
+                let name = link_name(&p, &s.title, &short_id(&s.id));
+                names.entry(name).or_default().push((i, p));
+            }
             let mut links = BTreeMap::new();
-            let subdirs = snap.tree(view).dirs[&rel].subdirs.clone();
             for (name, holders) in names {
-                if holders.len() == 1 && !subdirs.contains(&name) {
-                    links.insert(name, holders[0]);
+                if holders.len() == 1 && !dir.subdirs.contains(&name) {
+                    links.insert(name, holders[0].0);
                     continue;
                 }
-                for i in holders {
-                    let s = &snap.sessions[i];
-                    let prefix = match view {
-                        ViewKind::Title => String::new(),
-                        _ => name_prefix(&name),
-                    };
-                    let full = link_name(&prefix, &s.title, &s.session.to_string_lossy());
-                    links.insert(full, i);
+                for (i, p) in holders {
+                    let s = &self.sessions[i];
+                    links.insert(link_name(&p, &s.title, &s.session.to_string_lossy()), i);
                 }
             }
-            snap.tree_mut(view)
-                .dirs
-                .get_mut(&rel)
-                .expect("made above")
-                .links = links;
-        }
-        snap
+            links
+        })
     }
 
-    fn tree_mut(&mut self, view: ViewKind) -> &mut ViewTree {
-        match view {
-            ViewKind::Cwd => &mut self.by_cwd,
-            ViewKind::Date => &mut self.by_date,
-            ViewKind::Title => &mut self.by_title,
-        }
+    /// The link `rel` (its path inside `view`): the session index.
+    pub fn link(&self, view: ViewKind, rel: &str) -> Option<usize> {
+        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let dir = self.tree(view).dir(parent)?;
+        self.links(view, dir).get(name).copied()
     }
-}
-
-/// The date prefix of a link name (`HH-MM-SS` or `YYYY-MM-DD HH-MM-SS`).
-fn name_prefix(name: &str) -> String {
-    let b = name.as_bytes();
-    let cwd_form = b.len() >= 19 && b[4] == b'-' && b[10] == b' ';
-    let len = if cwd_form { 19 } else { 8 };
-    name.get(..len).unwrap_or("").to_string()
 }
 
 #[cfg(test)]
@@ -256,8 +258,12 @@ mod tests {
             ],
             &utc,
         );
-        let day = snap.by_date.dir("2026/01/05").unwrap();
-        let names: Vec<&str> = day.links.keys().map(String::as_str).collect();
+        let day = snap.tree(ViewKind::Date).dir("2026/01/05").unwrap();
+        let names: Vec<&str> = snap
+            .links(ViewKind::Date, day)
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             names,
             [
@@ -266,18 +272,34 @@ mod tests {
                 "09-00-01 other 87654321"
             ]
         );
-        let w = snap.by_cwd.dir("w").unwrap();
-        assert_eq!(w.links.len(), 3);
-        assert!(w.links.contains_key("2026-01-05 09-00-01 other 87654321"));
-        assert_eq!(snap.by_cwd.dir("").unwrap().subdirs.len(), 1);
-        assert_eq!(snap.by_title.dir("").unwrap().links.len(), 3);
+        let w = snap.tree(ViewKind::Cwd).dir("w").unwrap();
+        let links = snap.links(ViewKind::Cwd, w);
+        assert_eq!(links.len(), 3);
+        assert!(links.contains_key("2026-01-05 09-00-01 other 87654321"));
+        assert_eq!(snap.tree(ViewKind::Cwd).dir("").unwrap().subdirs.len(), 1);
+        let top = snap.tree(ViewKind::Title).dir("").unwrap();
+        assert_eq!(snap.links(ViewKind::Title, top).len(), 3);
+        assert_eq!(
+            snap.link(ViewKind::Date, "2026/01/05/09-00-01 other 87654321"),
+            Some(2)
+        );
         // A per-user filter hides a directory with nothing visible below.
         let only_c = |f: &ViewFacts| f.id == "c_87654321";
         let none = |_: &ViewFacts| false;
-        assert!(snap.by_cwd.shows_any("", &snap.sessions, &only_c));
-        assert!(snap.by_cwd.shows_any("w", &snap.sessions, &only_c));
-        assert!(!snap.by_cwd.shows_any("w", &snap.sessions, &none));
-        assert!(!snap.by_date.shows_any("2026", &snap.sessions, &none));
-        assert!(!snap.by_cwd.shows_any("nowhere", &snap.sessions, &only_c));
+        assert!(snap
+            .tree(ViewKind::Cwd)
+            .shows_any("", &snap.sessions, &only_c));
+        assert!(snap
+            .tree(ViewKind::Cwd)
+            .shows_any("w", &snap.sessions, &only_c));
+        assert!(!snap
+            .tree(ViewKind::Cwd)
+            .shows_any("w", &snap.sessions, &none));
+        assert!(!snap
+            .tree(ViewKind::Date)
+            .shows_any("2026", &snap.sessions, &none));
+        assert!(!snap
+            .tree(ViewKind::Cwd)
+            .shows_any("nowhere", &snap.sessions, &only_c));
     }
 }
