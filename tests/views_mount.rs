@@ -441,3 +441,54 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     );
     second.stop();
 }
+
+#[test]
+fn damaged_corpus_cases_show_exactly_the_sessions_list_accepts() {
+    for case in [
+        "duplicate",
+        "corrupt-header",
+        "corrupt-tail",
+        "torn",
+        "flat",
+        "mismatch",
+        "identity-moved",
+        "stray-files",
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        copy_tree(&corpus_dir().join(case).join("root"), root.path());
+        // What `sessionfs list` accepts (the store's own validation).
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .args(["list", "--json"])
+            .arg(root.path())
+            .output()
+            .unwrap();
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut want: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let path = Path::new(s["path"].as_str().unwrap());
+                let dir = path.parent().unwrap();
+                let project = dir.parent().unwrap().file_name().unwrap();
+                format!(
+                    "{}/{}",
+                    project.to_string_lossy(),
+                    dir.file_name().unwrap().to_string_lossy()
+                )
+            })
+            .collect();
+        want.sort();
+        assert!(!want.is_empty(), "{case}: list accepts no session");
+        let mount = mount_corpus(root.path(), &[]);
+        for view in [".by-title", ".by-date", ".by-cwd"] {
+            let mut got: Vec<String> = links_under(mount.path(), &mount.join(view))
+                .into_iter()
+                .map(|(_, target)| target)
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{case} {view}");
+        }
+        mount.stop();
+    }
+}
