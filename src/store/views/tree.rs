@@ -76,13 +76,13 @@ impl ViewTree {
         self.dirs.get(rel)
     }
 
-    /// Makes the directory `parts` and its ancestors, and records session
-    /// `i` in it and as below each of them.
-    fn add(&mut self, parts: &[String], i: usize) {
+    /// Makes the directory `parts` and its ancestors, and records the
+    /// sessions `members` in it and as below each of them.
+    fn add(&mut self, parts: &[String], members: &[usize]) {
         let mut path = String::new();
         for part in parts {
             let parent = self.dirs.entry(path.clone()).or_default();
-            parent.below.push(i);
+            parent.below.extend_from_slice(members);
             if !parent.subdirs.contains(part) {
                 parent.subdirs.insert(part.clone());
             }
@@ -92,8 +92,8 @@ impl ViewTree {
             path.push_str(part);
         }
         let dir = self.dirs.entry(path).or_default();
-        dir.below.push(i);
-        dir.members.push(i);
+        dir.below.extend_from_slice(members);
+        dir.members.extend_from_slice(members);
     }
 
     /// Whether directory `rel` holds a session that `visible` accepts,
@@ -125,16 +125,22 @@ pub struct ViewSnapshot {
     trees: [OnceLock<ViewTree>; 3],
 }
 
-/// A session's creation time as local date parts in `zone`:
-/// (`YYYY`, `MM`, `DD`, `HH-MM-SS`). Times outside jiff's range are clamped.
-pub fn local_parts(ms: u64, zone: &TimeZone) -> (String, String, String, String) {
+/// A creation time (milliseconds since the epoch) in `zone`; times
+/// outside jiff's range are clamped.
+fn zoned(ms: u64, zone: &TimeZone) -> jiff::ZonedDateTime {
     let ms = i64::try_from(ms).unwrap_or(i64::MAX);
     let ts = Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
         Timestamp::MIN
     } else {
         Timestamp::MAX
     });
-    let z = ts.to_zoned_datetime(zone.clone());
+    ts.to_zoned_datetime(zone.clone())
+}
+
+/// A session's creation time as local date parts in `zone`:
+/// (`YYYY`, `MM`, `DD`, `HH-MM-SS`). Times outside jiff's range are clamped.
+pub fn local_parts(ms: u64, zone: &TimeZone) -> (String, String, String, String) {
+    let z = zoned(ms, zone);
     (
         format!("{:04}", z.year()),
         format!("{:02}", z.month()),
@@ -169,18 +175,45 @@ impl ViewSnapshot {
     /// The tree of `view`.
     pub fn tree(&self, view: ViewKind) -> &ViewTree {
         self.trees[index(view)].get_or_init(|| {
+            // Sessions grouped by their directory first: the names of a
+            // directory are made once, whatever the number of sessions.
+            let mut groups: BTreeMap<Vec<String>, Vec<usize>> = BTreeMap::new();
+            match view {
+                ViewKind::Cwd => {
+                    let mut by_cwd: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+                    for (i, s) in self.sessions.iter().enumerate() {
+                        by_cwd.entry(s.cwd.as_deref()).or_default().push(i);
+                    }
+                    for (cwd, members) in by_cwd {
+                        // NFC and NFD spellings meet here.
+                        groups
+                            .entry(cwd_components(cwd))
+                            .or_default()
+                            .extend(members);
+                    }
+                }
+                ViewKind::Date => {
+                    let mut by_day: BTreeMap<(i16, i8, i8), Vec<usize>> = BTreeMap::new();
+                    for (i, s) in self.sessions.iter().enumerate() {
+                        let z = zoned(s.created_at_ms, &self.zone);
+                        by_day
+                            .entry((z.year(), z.month(), z.day()))
+                            .or_default()
+                            .push(i);
+                    }
+                    for ((y, m, d), members) in by_day {
+                        let parts = vec![format!("{y:04}"), format!("{m:02}"), format!("{d:02}")];
+                        groups.insert(parts, members);
+                    }
+                }
+                ViewKind::Title => {
+                    groups.insert(Vec::new(), (0..self.sessions.len()).collect());
+                }
+            }
             let mut tree = ViewTree::default();
             tree.dirs.insert(String::new(), ViewDir::default());
-            for (i, s) in self.sessions.iter().enumerate() {
-                let parts = match view {
-                    ViewKind::Cwd => cwd_components(s.cwd.as_deref()),
-                    ViewKind::Date => {
-                        let (y, m, d, _) = local_parts(s.created_at_ms, &self.zone);
-                        vec![y, m, d]
-                    }
-                    ViewKind::Title => Vec::new(),
-                };
-                tree.add(&parts, i);
+            for (parts, members) in groups {
+                tree.add(&parts, &members);
             }
             tree
         })
