@@ -194,6 +194,11 @@ struct MountArgs {
     /// MiB, GiB allowed; 1024-based) [default: 16 MiB].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     cache_size: Option<u64>,
+    /// Budget of the bytes all writers may hold uncommitted (incomplete
+    /// lines included), in bytes (suffixes as for --cache-size); a write
+    /// past it fails with ENOSPC [default: 32 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pending_budget: Option<u64>,
     /// Let other users reach the mount (needs user_allow_other in
     /// /etc/fuse.conf unless run as root).
     #[arg(long)]
@@ -520,6 +525,9 @@ fn cmd_mount(args: MountArgs) -> u8 {
         },
         allow_other: args.allow_other,
         options,
+        pending_budget: args
+            .pending_budget
+            .unwrap_or(crate::fuse::budget::DEFAULT_PENDING_BUDGET),
     };
     match crate::fuse::run_mount(config) {
         Ok(()) => EXIT_OK,

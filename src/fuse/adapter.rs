@@ -1,10 +1,13 @@
 //! `fuser::Filesystem` over [`SessionFs`]: each kernel request calls one
-//! core method; errors are logged (damage at warn level, with the backing
-//! path and the fix) and replied as errno values.
+//! core method through one wrapper, [`call`], which turns the core's
+//! [`FsError`] into its errno (the one map, `FsError::errno`), logs it
+//! (damage at warn level, with the backing path and the fix), and turns a
+//! panic into EIO. The adapter decides nothing else: refusals (rename
+//! flags, ownership) are the core's.
 
 use std::ffi::OsStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fuser::{
@@ -13,6 +16,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, Request,
 };
 
+use super::access::Caller;
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
 use super::fs_write::Owner;
 
@@ -41,6 +45,10 @@ fn file_type(kind: Kind) -> FileType {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
     }
 }
 
@@ -90,31 +98,73 @@ fn open_flags(writer: bool) -> FopenFlags {
     }
 }
 
+fn caller_of(req: &Request) -> Caller {
+    Caller::new(req.uid(), req.gid(), req.pid())
+}
+
 /// Logs an error of operation `op` and returns its errno. Damage (a
 /// corrupt, misplaced, flat or duplicate entry) is a warning naming the
-/// backing file and the fix; a missing entry is only debug output.
-fn errno_of(op: &str, what: &dyn std::fmt::Display, e: FsError) -> Errno {
-    match &e {
-        FsError::Store(s) if s.is_damage() => log::warn!("{op} {what}: {s}"),
-        FsError::Store(s) => log::debug!("{op} {what}: {s}"),
-        FsError::Errno(n) => log::debug!("{op} {what}: errno {n}"),
+/// backing file and the fix; refusals were logged where they were decided,
+/// and a missing entry is only debug output.
+fn errno_of(op: &str, what: &dyn Fn() -> String, e: FsError) -> Errno {
+    if e.is_damage() {
+        log::warn!("{op} {}: {e}", what());
+    } else {
+        log::debug!("{op} {}: {e}", what());
     }
     Errno::from_i32(e.errno())
 }
 
-/// Runs the core method of operation `op` on `what`, turning its error
-/// into a logged errno, and a panic into EIO instead of a dead event loop
-/// (a panicking handler would otherwise wedge the mount: FUSE-NOTES §3).
+/// The environment variable of the test-only panic trigger: when it names
+/// an operation (`lookup`, `read`, `release`, ...), every request of that
+/// operation panics inside [`call`]. Inert when unset, so that the tests
+/// can show, with the shipped release binary, that a panicking handler
+/// answers EIO and the mount lives on (issue 9).
+pub const TEST_PANIC_ENV: &str = "SESSIONFS_TEST_PANIC";
+
+fn forced_panic(op: &str) {
+    static TRIGGER: OnceLock<Option<String>> = OnceLock::new();
+    let trigger = TRIGGER.get_or_init(|| std::env::var(TEST_PANIC_ENV).ok());
+    if trigger.as_deref() == Some(op) {
+        panic!("{TEST_PANIC_ENV}={op}: panic forced for testing");
+    }
+}
+
+/// The one wrapper of every operation: runs the core method of operation
+/// `op` (on `what`, formatted only when something is logged), turns its
+/// error into a logged errno, and a panic into EIO instead of a dead event
+/// loop (a panicking handler would otherwise wedge the mount: FUSE-NOTES
+/// §3). The release profile unwinds (Cargo.toml) so that this holds in
+/// the shipped binary.
 fn call<T>(
     op: &str,
-    what: &dyn std::fmt::Display,
+    what: impl Fn() -> String,
     body: impl FnOnce() -> FsResult<T>,
 ) -> Result<T, Errno> {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(r) => r.map_err(|e| errno_of(op, what, e)),
+    let run = || {
+        forced_panic(op);
+        body()
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(r) => r.map_err(|e| errno_of(op, &what, e)),
         Err(_) => {
-            log::error!("{op} {what}: internal error (panic); replied EIO");
+            log::error!(
+                "{op} {}: internal error (panic); replied EIO, the mount goes on",
+                what()
+            );
             Err(Errno::EIO)
+        }
+    }
+}
+
+impl Adapter {
+    /// The entry timeout of a child of `parent`: zero under a per-user
+    /// view (the kernel's dentry cache is shared between users).
+    fn entry_ttl(&self, per_user: bool) -> Duration {
+        if per_user {
+            Duration::ZERO
+        } else {
+            self.ttl
         }
     }
 }
@@ -133,20 +183,31 @@ impl Filesystem for Adapter {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = call("lookup", &format!("{name:?}"), || {
-            self.core.lookup(parent.0, name)
-        });
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = call(
+            "lookup",
+            || format!("{name:?}"),
+            || {
+                let caller = caller_of(req);
+                let attr = self.core.lookup_as(&caller, parent.0, name)?;
+                Ok((attr, self.core.is_per_user(parent.0)))
+            },
+        );
         match r {
-            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Ok((attr, per_user)) => {
+                let ttl = self.entry_ttl(per_user);
+                reply.entry(&ttl, &file_attr(&attr), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = call("getattr", &format!("inode {}", ino.0), || {
-            self.core.getattr(ino.0)
-        });
+        let r = call(
+            "getattr",
+            || format!("inode {}", ino.0),
+            || self.core.getattr(ino.0),
+        );
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(e) => reply.error(e),
@@ -154,9 +215,11 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = call("readlink", &format!("inode {}", ino.0), || {
-            self.core.readlink(ino.0)
-        });
+        let r = call(
+            "readlink",
+            || format!("inode {}", ino.0),
+            || self.core.readlink(ino.0),
+        );
         match r {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(e),
@@ -164,9 +227,11 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = call("open", &format!("inode {}", ino.0), || {
-            self.core.open(ino.0, flags.0)
-        });
+        let r = call(
+            "open",
+            || format!("inode {}", ino.0),
+            || self.core.open(ino.0, flags.0),
+        );
         match r {
             Ok((fh, writer)) => reply.opened(FileHandle(fh), open_flags(writer)),
             Err(e) => reply.error(e),
@@ -184,9 +249,11 @@ impl Filesystem for Adapter {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let r = call("read", &format!("inode {} at {offset}", ino.0), || {
-            self.core.read(ino.0, fh.0, offset, size)
-        });
+        let r = call(
+            "read",
+            || format!("inode {} at {offset}", ino.0),
+            || self.core.read(ino.0, fh.0, offset, size),
+        );
         match r {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
@@ -196,37 +263,46 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.core.release(fh.0);
-        reply.ok();
+        let r = call(
+            "release",
+            || format!("inode {}", ino.0),
+            || self.core.release(fh.0),
+        );
+        reply_empty(reply, r);
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if self.no_opendir {
-            // ENOSYS here tells the kernel that opendir is not needed.
-            reply.error(Errno::ENOSYS);
-        } else {
-            reply.opened(FileHandle(0), FopenFlags::empty());
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // ENOSYS tells the kernel that opendir is not needed (readdir is
+        // stateless, see init).
+        let no_opendir = self.no_opendir;
+        let r = call("opendir", || format!("inode {}", ino.0), || Ok(no_opendir));
+        match r {
+            Ok(true) => reply.error(Errno::ENOSYS),
+            Ok(false) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
         }
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = call("readdir", &format!("inode {}", ino.0), || {
-            self.core.readdir(ino.0, offset)
-        });
+        let r = call(
+            "readdir",
+            || format!("inode {}", ino.0),
+            || self.core.readdir_as(&caller_of(req), ino.0, offset),
+        );
         match r {
             Ok(entries) => {
                 for (cookie, e) in entries.iter().filter(|(c, _)| *c > offset) {
@@ -243,12 +319,14 @@ impl Filesystem for Adapter {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Directories hold no state per open (see opendir).
+        let r = call("releasedir", || format!("inode {}", ino.0), || Ok(()));
+        reply_empty(reply, r);
     }
 
     fn flush(
@@ -264,9 +342,11 @@ impl Filesystem for Adapter {
         // committed here so that a reader opening the file after close()
         // returns sees them, and so that errors reach the writer (release
         // is asynchronous and its errors reach no one).
-        let r = call("flush", &format!("inode {}", ino.0), || {
-            self.core.flush(fh.0)
-        });
+        let r = call(
+            "flush",
+            || format!("inode {}", ino.0),
+            || self.core.flush(fh.0),
+        );
         reply_empty(reply, r);
     }
 
@@ -278,9 +358,11 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = call("fsync", &format!("inode {}", ino.0), || {
-            self.core.fsync(fh.0)
-        });
+        let r = call(
+            "fsync",
+            || format!("inode {}", ino.0),
+            || self.core.fsync(fh.0),
+        );
         reply_empty(reply, r);
     }
 
@@ -299,9 +381,11 @@ impl Filesystem for Adapter {
         // The kernel passes its cached size as the offset of an O_APPEND
         // write, which can be stale (FUSE-NOTES §4c): append at the real end.
         let append = flags.0 & libc::O_APPEND != 0;
-        let r = call("write", &format!("inode {}", ino.0), || {
-            self.core.write(fh.0, offset, data, append)
-        });
+        let r = call(
+            "write",
+            || format!("inode {}", ino.0),
+            || self.core.write(fh.0, offset, data, append),
+        );
         match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -318,12 +402,19 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: fuser::ReplyCreate,
     ) {
-        let r = call("create", &format!("{name:?}"), || {
-            self.core.create(parent.0, name, mode, flags, owner_of(req))
-        });
+        let r = call(
+            "create",
+            || format!("{name:?}"),
+            || {
+                let created = self
+                    .core
+                    .create(parent.0, name, mode, flags, owner_of(req))?;
+                Ok((created, self.core.is_per_user(parent.0)))
+            },
+        );
         match r {
-            Ok((attr, fh, writer)) => reply.created(
-                &self.ttl,
+            Ok(((attr, fh, writer), per_user)) => reply.created(
+                &self.entry_ttl(per_user),
                 &file_attr(&attr),
                 Generation(0),
                 FileHandle(fh),
@@ -342,26 +433,37 @@ impl Filesystem for Adapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = call("mkdir", &format!("{name:?}"), || {
-            self.core.mkdir(parent.0, name, mode, owner_of(req))
-        });
+        let r = call(
+            "mkdir",
+            || format!("{name:?}"),
+            || {
+                let attr = self.core.mkdir(parent.0, name, mode, owner_of(req))?;
+                Ok((attr, self.core.is_per_user(parent.0)))
+            },
+        );
         match r {
-            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Ok((attr, per_user)) => {
+                reply.entry(&self.entry_ttl(per_user), &file_attr(&attr), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = call("unlink", &format!("{name:?}"), || {
-            self.core.unlink(parent.0, name)
-        });
+        let r = call(
+            "unlink",
+            || format!("{name:?}"),
+            || self.core.unlink(parent.0, name),
+        );
         reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = call("rmdir", &format!("{name:?}"), || {
-            self.core.rmdir(parent.0, name)
-        });
+        let r = call(
+            "rmdir",
+            || format!("{name:?}"),
+            || self.core.rmdir(parent.0, name),
+        );
         reply_empty(reply, r);
     }
 
@@ -375,14 +477,14 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if !flags.is_empty() {
-            // RENAME_EXCHANGE / RENAME_NOREPLACE are not passed through.
-            reply.error(Errno::EINVAL);
-            return;
-        }
-        let r = call("rename", &format!("{name:?}"), || {
-            self.core.rename(parent.0, name, newparent.0, newname)
-        });
+        let r = call(
+            "rename",
+            || format!("{name:?}"),
+            || {
+                self.core
+                    .rename(parent.0, name, newparent.0, newname, flags.bits())
+            },
+        );
         reply_empty(reply, r);
     }
 
@@ -404,21 +506,20 @@ impl Filesystem for Adapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        if uid.is_some() || gid.is_some() {
-            // Ownership stays with the backing files.
-            reply.error(Errno::EPERM);
-            return;
-        }
         let when = |t: Option<fuser::TimeOrNow>| {
             t.map(|t| match t {
                 fuser::TimeOrNow::SpecificTime(t) => t,
                 fuser::TimeOrNow::Now => std::time::SystemTime::now(),
             })
         };
-        let r = call("setattr", &format!("inode {}", ino.0), || {
-            self.core
-                .setattr(ino.0, mode, size, when(mtime), when(atime))
-        });
+        let r = call(
+            "setattr",
+            || format!("inode {}", ino.0),
+            || {
+                self.core
+                    .setattr(ino.0, mode, (uid, gid), size, when(mtime), when(atime))
+            },
+        );
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(e) => reply.error(e),
@@ -428,7 +529,7 @@ impl Filesystem for Adapter {
     fn ioctl(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         _cmd: u32,
@@ -437,31 +538,34 @@ impl Filesystem for Adapter {
         reply: fuser::ReplyIoctl,
     ) {
         // No ioctl is served (Python's open probes TCGETS): "not a tty".
-        reply.error(Errno::ENOTTY);
+        let r: Result<(), Errno> = call("ioctl", || format!("inode {}", ino.0), || Ok(()));
+        reply.error(r.err().unwrap_or(Errno::ENOTTY));
     }
 
     fn getxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _name: &OsStr,
         _size: u32,
         reply: fuser::ReplyXattr,
     ) {
         // ENOSYS tells the kernel not to ask again: no extended attributes.
-        reply.error(Errno::ENOSYS);
+        let r: Result<(), Errno> = call("getxattr", || format!("inode {}", ino.0), || Ok(()));
+        reply.error(r.err().unwrap_or(Errno::ENOSYS));
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        let r: Result<(), Errno> = call("listxattr", || format!("inode {}", ino.0), || Ok(()));
+        reply.error(r.err().unwrap_or(Errno::ENOSYS));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.core.statfs() {
+        match call("statfs", || "the root".to_string(), || self.core.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
-            Err(e) => reply.error(Errno::from_i32(e.errno())),
+            Err(e) => reply.error(e),
         }
     }
 }

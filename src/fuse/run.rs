@@ -37,6 +37,9 @@ pub struct MountConfig {
     /// Where frame indexes of large transcripts are persisted (outside the
     /// store), `None` for nowhere.
     pub index_dir: Option<PathBuf>,
+    /// Budget of the bytes all writers may hold uncommitted (bytes; a
+    /// write past it fails with ENOSPC).
+    pub pending_budget: u64,
 }
 
 /// How often the serving loop checks for a signal or an external unmount.
@@ -295,7 +298,9 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
     fuse_config.clone_fd = true;
 
     let batch_window = Duration::from_millis(config.batch_ms);
-    let core = Arc::new(SessionFs::new(Arc::new(store), batch_window));
+    let mut core = SessionFs::new(Arc::new(store), batch_window);
+    core.set_pending_budget(config.pending_budget);
+    let core = Arc::new(core);
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
     let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout);
@@ -327,13 +332,15 @@ pub fn run_mount(config: MountConfig) -> Result<(), String> {
         })?;
     }
     log::info!(
-        "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes)",
+        "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes, \
+         pending budget {} bytes)",
         config.root.display(),
         config.mountpoint.display(),
         if read_only { "read-only" } else { "read-write" },
         config.attr_timeout,
         batch_window,
-        config.cache_bytes
+        config.cache_bytes,
+        config.pending_budget
     );
 
     let stop = Arc::new(AtomicBool::new(false));

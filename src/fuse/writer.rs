@@ -12,6 +12,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -22,7 +23,8 @@ use crate::store::naming::{decode_id, project_dir_name};
 use crate::store::publish::publish_session;
 use crate::store::{Store, StoreError};
 
-use super::fs::{FsError, FsResult};
+use super::budget::PendingBudget;
+use super::error::{FsError, FsResult};
 
 /// Longest line a writer may send (bytes): a line is held whole until its
 /// newline arrives, so its length is what the handle costs in memory.
@@ -45,12 +47,22 @@ struct Pending {
     since: Option<Instant>,
     /// An error the next write, flush or fsync reports (a batch dropped or
     /// a commit failed in the background).
-    failed: Option<i32>,
+    failed: Option<Arc<FsError>>,
     /// Whether the transcript exists on disk (else the first commit
     /// publishes a new session).
     published: bool,
     /// Where the last append ended, so the next one walks only new frames.
     hint: Option<TailHint>,
+    /// Bytes charged to the mount's pending budget for `lines` and
+    /// `partial`.
+    charged: u64,
+}
+
+impl Pending {
+    /// Bytes this handle holds uncommitted.
+    fn held(&self) -> u64 {
+        (self.lines.len() + self.partial.len()) as u64
+    }
 }
 
 /// One open, writable `session.jsonl`.
@@ -62,6 +74,8 @@ pub struct Writer {
     /// Opened with O_APPEND: the offset of every write is ignored.
     append_only: bool,
     pending: Mutex<Pending>,
+    /// The mount's budget of pending bytes, shared by every writer.
+    budget: Arc<PendingBudget>,
 }
 
 /// What a commit changed, for the caller to tell the kernel.
@@ -74,7 +88,14 @@ pub enum Committed {
 
 fn einval(what: String) -> FsError {
     log::warn!("{what}");
-    FsError::Errno(libc::EINVAL)
+    FsError::Invalid
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let p = self.pending.get_mut();
+        self.budget.resize(p.charged, 0);
+    }
 }
 
 impl Writer {
@@ -89,6 +110,7 @@ impl Writer {
         project: OsString,
         session: OsString,
         append_only: bool,
+        budget: Arc<PendingBudget>,
     ) -> FsResult<Writer> {
         let (cursor, published) = match store.transcript(&project, &session) {
             Ok(t) => (SeqCursor::after(t.next_seq()?), true),
@@ -108,7 +130,9 @@ impl Writer {
                 failed: None,
                 published,
                 hint: None,
+                charged: 0,
             }),
+            budget,
         })
     }
 
@@ -141,8 +165,8 @@ impl Writer {
         batch_window: Duration,
     ) -> FsResult<u32> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = p.failed.take() {
+            return Err(FsError::Earlier(e));
         }
         let end = committed_len + (p.lines.len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
@@ -151,8 +175,45 @@ impl Writer {
                  append-only and ends at {end}; open it with O_APPEND (>>) to append",
                 self.session_dir().display()
             );
-            return Err(FsError::Errno(libc::EPERM));
+            return Err(FsError::Refused);
         }
+        // Charged before anything is taken: at most every byte of `data`
+        // stays pending, and the budget is settled to what really stays.
+        let wanted = p.held() + data.len() as u64;
+        if !self.budget.try_resize(p.charged, wanted) {
+            log::warn!(
+                "write of {} bytes to {}/session.jsonl refused (ENOSPC): the mount's writers \
+                 already hold {} of the {} bytes of --pending-budget uncommitted; end lines \
+                 with \\n, close or fsync other writers, or mount with a larger --pending-budget",
+                data.len(),
+                self.session_dir().display(),
+                self.budget.used(),
+                self.budget.limit()
+            );
+            return Err(FsError::PendingBudget);
+        }
+        p.charged = wanted;
+        let r = self.take(store, &mut p, data, batch_window);
+        self.settle(&mut p);
+        r
+    }
+
+    /// Charges the budget with what `p` holds now.
+    fn settle(&self, p: &mut Pending) {
+        let held = p.held();
+        self.budget.resize(p.charged, held);
+        p.charged = held;
+    }
+
+    /// Splits `data` into lines, checks the complete ones and keeps them
+    /// pending (the body of [`Writer::write`]).
+    fn take(
+        &self,
+        store: &Store,
+        p: &mut Pending,
+        data: &[u8],
+        batch_window: Duration,
+    ) -> FsResult<u32> {
         let Some(last_newline) = data.iter().rposition(|&b| b == b'\n') else {
             // No line ends here: the bytes wait on the handle, unchecked
             // until their line is complete (linear in the line's length).
@@ -162,7 +223,7 @@ impl Writer {
                      bytes; split the record",
                     self.session_dir().display()
                 );
-                return Err(FsError::Errno(libc::EFBIG));
+                return Err(FsError::LineTooLong);
             }
             p.partial.extend_from_slice(data);
             return Ok(data.len() as u32);
@@ -180,7 +241,7 @@ impl Writer {
         let cut = p.partial.len() + last_newline + 1;
         let (complete, rest) = joined.split_at(cut);
         if rest.len() > MAX_LINE_BYTES {
-            return Err(FsError::Errno(libc::EFBIG));
+            return Err(FsError::LineTooLong);
         }
         let mut cursor = p.cursor;
         let checked = cursor.check_batch(complete).map_err(|e| {
@@ -200,7 +261,7 @@ impl Writer {
             p.since = Some(Instant::now());
         }
         if batch_window.is_zero() || p.lines.len() >= COMMIT_AT_BYTES {
-            if let Err(e) = self.commit_locked(store, &mut p) {
+            if let Err(e) = self.commit_locked(store, p) {
                 p.failed = None; // reported here
                 return Err(e);
             }
@@ -235,8 +296,8 @@ impl Writer {
     /// ENOSPC: the batch stays pending and a later fsync retries it).
     pub fn fsync(&self, store: &Store) -> FsResult<Committed> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = p.failed.take() {
+            return Err(FsError::Earlier(e));
         }
         let result = self.commit_locked(store, &mut p);
         if result.is_err() {
@@ -255,8 +316,8 @@ impl Writer {
         // A failure stays recorded after a flush reports it: the flush may
         // come from a forked child closing its copy of the descriptor, and
         // the owner's own fsync, write or close must still see it.
-        if let Some(errno) = p.failed {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = &p.failed {
+            return Err(FsError::Earlier(Arc::clone(e)));
         }
         let committed = self.commit_locked(store, &mut p)?;
         if !p.partial.is_empty() {
@@ -293,8 +354,12 @@ impl Writer {
                 p.partial.len(),
                 self.session_dir().display()
             );
-            p.partial.clear();
         }
+        // The memory goes back now, not when the last reference to this
+        // writer is dropped.
+        p.partial = Vec::new();
+        p.lines = Vec::new();
+        self.settle(&mut p);
         committed
     }
 
@@ -329,13 +394,19 @@ impl Writer {
         match self.commit_locked(store, &mut p) {
             Ok(c) => c,
             Err(e) => {
-                p.failed = Some(e.errno());
+                p.failed = Some(Arc::new(e));
                 Committed::Nothing
             }
         }
     }
 
     fn commit_locked(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
+        let r = self.commit_pending(store, p);
+        self.settle(p);
+        r
+    }
+
+    fn commit_pending(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
         if p.lines.is_empty() {
             return Ok(Committed::Nothing);
         }
@@ -359,14 +430,15 @@ impl Writer {
                     "batch of {}/session.jsonl dropped: {e}",
                     self.session_dir().display()
                 );
-                p.failed = Some(e.errno());
+                let e = Arc::new(FsError::Store(e));
+                p.failed = Some(Arc::clone(&e));
                 if let Ok(t) = store.transcript(&self.project, &self.session) {
                     if let Ok(next) = t.next_seq() {
                         p.cursor = SeqCursor::after(next);
                         p.published = true;
                     }
                 }
-                Err(FsError::Errno(e.errno()))
+                Err(FsError::Earlier(e))
             }
             Err(e) => {
                 // The write failed and was rolled back: keep the batch, so

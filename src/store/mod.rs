@@ -82,6 +82,9 @@ pub enum EntryKind {
     Transcript,
     /// A flat artifact `<project>/<name>.jsonl[.zstd]` (refused at lookup).
     FlatArtifact,
+    /// A FIFO, socket or device node passed through (its exact type is
+    /// the backing file's).
+    Special,
 }
 
 /// One entry of a listing.
@@ -144,7 +147,7 @@ fn kind_of(path: &Path, file_type: fs::FileType) -> Option<EntryKind> {
         Some(EntryKind::Symlink)
     } else {
         let _ = path;
-        None
+        Some(EntryKind::Special)
     }
 }
 
