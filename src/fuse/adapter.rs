@@ -23,8 +23,6 @@ use super::fs_write::Owner;
 /// The adapter handed to fuser.
 pub struct Adapter {
     core: Arc<SessionFs>,
-    /// Whether the kernel skips opendir/releasedir (readdir is stateless).
-    no_opendir: bool,
     /// Attribute and entry timeout (MOUNT.md: default 1 s).
     ttl: Duration,
 }
@@ -32,11 +30,7 @@ pub struct Adapter {
 impl Adapter {
     /// An adapter serving `core` with the given attribute timeout.
     pub fn new(core: Arc<SessionFs>, ttl: Duration) -> Self {
-        Adapter {
-            core,
-            no_opendir: false,
-            ttl,
-        }
+        Adapter { core, ttl }
     }
 }
 
@@ -175,11 +169,9 @@ impl Filesystem for Adapter {
         // committed prefix never changes, so pages stay valid otherwise.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // Readdir keeps no state per open directory, so the kernel may
-        // skip opendir and releasedir: two requests less per directory.
-        self.no_opendir = config
-            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
-            .is_ok();
+        // Opendir is answered (not skipped with FUSE_NO_OPENDIR_SUPPORT):
+        // its reply tells the kernel which listings it may cache, and a
+        // per-user view's must not be cached (see opendir).
         Ok(())
     }
 
@@ -279,13 +271,23 @@ impl Filesystem for Adapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // ENOSYS tells the kernel that opendir is not needed (readdir is
-        // stateless, see init).
-        let no_opendir = self.no_opendir;
-        let r = call("opendir", || format!("inode {}", ino.0), || Ok(no_opendir));
+        // Readdir keeps no state per open directory: the handle is 0. The
+        // kernel may cache a listing (and keep it across opens) unless it
+        // differs between callers.
+        let r = call(
+            "opendir",
+            || format!("inode {}", ino.0),
+            || self.core.opendir(ino.0),
+        );
         match r {
-            Ok(true) => reply.error(Errno::ENOSYS),
-            Ok(false) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(per_user) => {
+                let flags = if per_user {
+                    FopenFlags::empty()
+                } else {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                };
+                reply.opened(FileHandle(0), flags)
+            }
             Err(e) => reply.error(e),
         }
     }

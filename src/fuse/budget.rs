@@ -65,15 +65,29 @@ impl PendingBudget {
     }
 }
 
-/// Gives freed heap memory back to the kernel. The daemon tells glibc to
-/// keep freed memory for reuse (run.rs, `keep_freed_memory`), so the
-/// megabytes a closed writer held would otherwise stay in its RSS.
-pub fn return_freed_memory() {
-    // SAFETY: malloc_trim only walks glibc's own arenas.
+/// Runs `free` (which drops large buffers) so that the memory goes back to
+/// the kernel. The daemon tells glibc to keep up to
+/// [`KEEP_FREED_BYTES`] of freed memory for reuse (run.rs,
+/// `keep_freed_memory`), and `malloc_trim` does not shrink the top of a
+/// thread's arena, so the megabytes a closed writer held would otherwise
+/// stay in the daemon's RSS: the trim threshold is lowered while `free`
+/// runs, then restored.
+pub fn give_back<T>(free: impl FnOnce() -> T) -> T {
+    // SAFETY: mallopt and malloc_trim only tune and walk glibc's arenas.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
+    }
+    let r = free();
     unsafe {
         libc::malloc_trim(0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_FREED_BYTES);
     }
+    r
 }
+
+/// Freed heap memory glibc keeps for reuse in the daemon (its
+/// `M_TRIM_THRESHOLD`, bytes).
+pub const KEEP_FREED_BYTES: i32 = 64 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -267,6 +267,15 @@ impl SessionFs {
         matches!(self.inodes.node(parent), Some((_, Node::ById)))
     }
 
+    /// Opens directory `ino` for listing; returns whether its listing
+    /// differs between callers (then the kernel must not cache it).
+    ///
+    /// Errors: ENOENT for an unknown inode.
+    pub fn opendir(&self, ino: u64) -> FsResult<bool> {
+        self.node(ino)?;
+        Ok(self.is_per_user(ino))
+    }
+
     /// Whether the `.by-*` views show `caller` the session
     /// `project/session`: search permission on its project and session
     /// directories and read permission on its transcript (issue 9). Every
@@ -583,12 +592,13 @@ impl SessionFs {
     /// error path).
     pub fn release(&self, fh: u64) -> FsResult<()> {
         if let Some(Handle::Writer(w)) = self.handles.remove(fh) {
-            let before = self.budget.used();
-            if let super::writer::Committed::Batch = w.release(&self.store) {
+            let committed = if w.held() >= RETURN_MEMORY_AT {
+                super::budget::give_back(|| w.release(&self.store))
+            } else {
+                w.release(&self.store)
+            };
+            if let super::writer::Committed::Batch = committed {
                 self.invalidate_attrs(w.ino);
-            }
-            if before.saturating_sub(self.budget.used()) >= RETURN_MEMORY_AT {
-                super::budget::return_freed_memory();
             }
         }
         Ok(())

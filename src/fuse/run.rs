@@ -208,7 +208,7 @@ fn raise_fd_limit() {
 fn keep_freed_memory() {
     // SAFETY: mallopt only tunes glibc's allocator.
     unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, super::budget::KEEP_FREED_BYTES);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
     }
 }

@@ -141,6 +141,11 @@ impl Writer {
         Path::new(&self.project).join(&self.session)
     }
 
+    /// Bytes this handle holds uncommitted (charged to the pending budget).
+    pub fn held(&self) -> u64 {
+        self.pending.lock().charged
+    }
+
     /// Whether this writer has not yet published its new session.
     pub fn is_unpublished(&self) -> bool {
         !self.pending.lock().published

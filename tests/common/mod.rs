@@ -376,6 +376,25 @@ impl Mount {
     /// `start`, with the watchdog set to abort the FUSE connection once the
     /// mount has been up for `limit` (for tests that legitimately run long).
     pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
+        Mount::start_custom(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            extra_args,
+            limit,
+            &[],
+        )
+    }
+
+    /// `start_with_watchdog` with another `sessionfs` binary (the release
+    /// build: [`release_binary`]) and extra environment variables of the
+    /// daemon.
+    pub fn start_custom(
+        bin: &Path,
+        root: &Path,
+        extra_args: &[&str],
+        limit: Duration,
+        envs: &[(&str, &str)],
+    ) -> Mount {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: these tests need FUSE (load the `fuse` module or run \
@@ -405,7 +424,8 @@ impl Mount {
         let log = File::create(&log_path).expect("create log file");
         let log_out = log.try_clone().unwrap();
 
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+        let mut cmd = Command::new(bin);
+        cmd.envs(envs.iter().copied());
         cmd.arg("mount")
             .arg(&root_abs)
             .arg(&mnt_path)
@@ -429,7 +449,7 @@ impl Mount {
         }
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", env!("CARGO_BIN_EXE_sessionfs")));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
 
         let done = Arc::new(AtomicBool::new(false));
         let mut mount = Mount {
@@ -664,4 +684,58 @@ pub fn expected_readraw_sha(case: &str, id: &str) -> String {
         .and_then(|s| s["readRaw"]["sha256"].as_str())
         .unwrap_or_else(|| panic!("{case}: no readRaw sha256 for {id}"))
         .to_string()
+}
+
+/// The release build of `sessionfs` (the shipped profile), built once per
+/// test process with `cargo build --release` beside the test's own binary
+/// (`target/release/sessionfs`). Panics when the build fails.
+pub fn release_binary() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let debug_bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
+        // target/<profile>/sessionfs -> target/release/sessionfs
+        let target = debug_bin
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lies in target/<profile>/");
+        let out = Command::new("timeout")
+            .args(["-k", "10", "900"])
+            .arg(cargo)
+            .args([
+                "build",
+                "--release",
+                "--bin",
+                "sessionfs",
+                "--manifest-path",
+            ])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cargo build --release");
+        assert!(
+            out.status.success(),
+            "cargo build --release failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin = target.join("release/sessionfs");
+        assert!(bin.is_file(), "no release binary at {}", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// The resident set size of process `pid` in KiB (`VmRSS` of
+/// /proc/PID/status). Panics when the process is gone.
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
