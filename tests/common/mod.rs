@@ -27,6 +27,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+
+pub mod oracle;
 use tempfile::TempDir;
 
 /// How long `Mount::start` waits for the mount to appear.

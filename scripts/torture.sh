@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Long runs of the reliability tests (issue 9): the crash test (kill -9 of
+# the daemon during appends) and the mutation tests, at counts far above
+# what CI runs. Prints a table of what each step tried and what broke; the
+# README's "Reliability" section holds the last run's table.
+#
+# Every step is one line of STEPS below: NAME|WHAT IT TRIES|COMMAND. A step
+# passes when its command exits 0; its "tried / broke" column is the last
+# line of its output that starts with `torture-summary:` (key=value pairs),
+# so a new step only has to print one. Add steps by appending lines.
+#
+# Needs what scripts/test.sh needs (root, /dev/fuse, zstd, python3) and the
+# reference oracle installed as .ci/run installs it ($SESSIONFS_ORACLE_DIR).
+#
+# Usage: scripts/torture.sh [STEP...]     (default: every step, in order)
+#        TORTURE_SCALE=0.1 scripts/torture.sh   (a shortened run: counts x0.1)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scale=${TORTURE_SCALE:-1}
+n() { awk -v n="$1" -v s="$scale" 'BEGIN { v = int(n * s); print (v < 1 ? 1 : v) }'; }
+
+STEPS=(
+  "crash|kill -9 of the daemon during appends of 1 line to 1 MiB with fsync, $(n 1000) kills|SESSIONFS_CRASH_KILLS=$(n 1000) cargo test --test crash_mount -- --nocapture"
+)
+
+wanted=("$@")
+want() {
+  [ ${#wanted[@]} -eq 0 ] && return 0
+  local w
+  for w in "${wanted[@]}"; do [ "$w" = "$1" ] && return 0; done
+  return 1
+}
+
+cargo build --all-targets || exit 1
+
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/sessionfs-torture-XXXXXX")
+rows=()
+status=0
+for step in "${STEPS[@]}"; do
+  IFS='|' read -r name what cmd <<<"$step"
+  want "$name" || continue
+  echo "torture: $name: $cmd" >&2
+  start=$(date +%s)
+  bash -c "$cmd" >"$logdir/$name.log" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - start))
+  summary=$(grep -a '^torture-summary:' "$logdir/$name.log" | tail -1 | sed 's/^torture-summary: *//')
+  if [ "$rc" -eq 0 ]; then result=pass; else result="FAIL (exit $rc)"; status=1; fi
+  [ -n "$summary" ] || summary="(no summary; see $logdir/$name.log)"
+  rows+=("| $name | $what | $summary | $result | ${secs}s |")
+done
+
+echo
+echo "sessionfs torture run, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), scale $scale"
+echo
+echo "| step | tried | counts (tried / broke) | result | time |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo
+echo "logs: $logdir"
+exit "$status"
