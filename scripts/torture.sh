@@ -5,9 +5,11 @@
 # README's "Reliability" section holds the last run's table.
 #
 # Every step is one line of STEPS below: NAME|WHAT IT TRIES|COMMAND. A step
-# passes when its command exits 0; its "tried / broke" column is the last
-# line of its output that starts with `torture-summary:` (key=value pairs),
-# so a new step only has to print one. Add steps by appending lines.
+# passes when its command exits 0; its "tried" and "broke" columns come from
+# the last line of its output of the form `torture-summary: TRIED | BROKE`
+# (key=value pairs each), so a new step only has to print one. A failing
+# step's "broke" column is its first panic message. Add steps by appending
+# lines.
 #
 # Needs what scripts/test.sh needs (root, /dev/fuse, zstd, python3) and the
 # reference oracle installed as .ci/run installs it ($SESSIONFS_ORACLE_DIR).
@@ -46,16 +48,25 @@ for step in "${STEPS[@]}"; do
   rc=$?
   secs=$(($(date +%s) - start))
   summary=$(grep -a '^torture-summary:' "$logdir/$name.log" | tail -1 | sed 's/^torture-summary: *//')
-  if [ "$rc" -eq 0 ]; then result=pass; else result="FAIL (exit $rc)"; status=1; fi
-  [ -n "$summary" ] || summary="(no summary; see $logdir/$name.log)"
-  rows+=("| $name | $what | $summary | $result | ${secs}s |")
+  tried=${summary%%|*}
+  broke=${summary#*|}
+  [ "$broke" != "$summary" ] || broke=""
+  if [ "$rc" -eq 0 ]; then
+    result=pass
+  else
+    result="FAIL (exit $rc)"
+    status=1
+    broke=$(grep -a -m1 -A1 'panicked at' "$logdir/$name.log" | tail -1 | cut -c1-200 | tr '|' '/')
+  fi
+  [ -n "$tried" ] || tried="(no summary; see the log)"
+  rows+=("| $name | $what | ${tried% } | ${broke# } | $result | ${secs}s |")
 done
 
 echo
 echo "sessionfs torture run, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), scale $scale"
 echo
-echo "| step | tried | counts (tried / broke) | result | time |"
-echo "|---|---|---|---|---|"
+echo "| step | what | tried | broke | result | time |"
+echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 echo "logs: $logdir"

@@ -146,7 +146,7 @@ fn call<T>(
                 "{op} {}: internal error (panic); replied EIO, the mount goes on",
                 what()
             );
-            Err(Errno::EIO)
+            Err(Errno::from_i32(FsError::Internal.errno()))
         }
     }
 }
@@ -540,8 +540,15 @@ impl Filesystem for Adapter {
         reply: fuser::ReplyIoctl,
     ) {
         // No ioctl is served (Python's open probes TCGETS): "not a tty".
-        let r: Result<(), Errno> = call("ioctl", || format!("inode {}", ino.0), || Ok(()));
-        reply.error(r.err().unwrap_or(Errno::ENOTTY));
+        let r = call(
+            "ioctl",
+            || format!("inode {}", ino.0),
+            || self.core.ioctl(ino.0),
+        );
+        match r {
+            Ok(()) => reply.ioctl(0, &[]),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn getxattr(
@@ -552,14 +559,27 @@ impl Filesystem for Adapter {
         _size: u32,
         reply: fuser::ReplyXattr,
     ) {
-        // ENOSYS tells the kernel not to ask again: no extended attributes.
-        let r: Result<(), Errno> = call("getxattr", || format!("inode {}", ino.0), || Ok(()));
-        reply.error(r.err().unwrap_or(Errno::ENOSYS));
+        let r = call(
+            "getxattr",
+            || format!("inode {}", ino.0),
+            || self.core.xattrs(ino.0),
+        );
+        match r {
+            Ok(()) => reply.size(0),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
-        let r: Result<(), Errno> = call("listxattr", || format!("inode {}", ino.0), || Ok(()));
-        reply.error(r.err().unwrap_or(Errno::ENOSYS));
+        let r = call(
+            "listxattr",
+            || format!("inode {}", ino.0),
+            || self.core.xattrs(ino.0),
+        );
+        match r {
+            Ok(()) => reply.size(0),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

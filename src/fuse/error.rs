@@ -49,6 +49,15 @@ pub enum FsError {
     /// A system call on a passed-through file failed. errno: the OS
     /// error's own code, EIO when it has none.
     Io(std::io::Error),
+    /// An ioctl: none is served (Python's `open` probes TCGETS).
+    /// errno: ENOTTY.
+    NoIoctl,
+    /// Extended attributes: none are kept; ENOSYS also tells the kernel
+    /// not to ask again. errno: ENOSYS.
+    NoXattrs,
+    /// A handler panicked (a bug); the adapter's wrapper caught it and the
+    /// mount goes on. errno: EIO.
+    Internal,
     /// An error recorded on a write handle by a commit nobody waited for
     /// (the batch window, a reader's commit), reported by the handle's next
     /// write, flush or fsync. errno: that error's.
@@ -71,6 +80,9 @@ impl FsError {
             FsError::LineTooLong => libc::EFBIG,
             FsError::PendingBudget => libc::ENOSPC,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            FsError::NoIoctl => libc::ENOTTY,
+            FsError::NoXattrs => libc::ENOSYS,
+            FsError::Internal => libc::EIO,
             FsError::Earlier(e) => e.errno(),
         }
     }
@@ -126,6 +138,9 @@ mod tests {
             (FsError::Invalid, libc::EINVAL),
             (FsError::LineTooLong, libc::EFBIG),
             (FsError::PendingBudget, libc::ENOSPC),
+            (FsError::NoIoctl, libc::ENOTTY),
+            (FsError::NoXattrs, libc::ENOSYS),
+            (FsError::Internal, libc::EIO),
             (FsError::Io(io()), libc::ENOSPC),
             (FsError::Io(std::io::Error::other("no code")), libc::EIO),
             (

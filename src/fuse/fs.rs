@@ -779,6 +779,21 @@ impl SessionFs {
         }
     }
 
+    /// An ioctl on inode `ino`: none is served.
+    ///
+    /// Errors: ENOENT for an unknown inode, else ENOTTY.
+    pub fn ioctl(&self, ino: u64) -> FsResult<()> {
+        self.node(ino)?;
+        Err(FsError::NoIoctl)
+    }
+
+    /// Extended attributes of inode `ino` (get or list): none are kept.
+    ///
+    /// Errors: ENOSYS (the kernel stops asking).
+    pub fn xattrs(&self, _ino: u64) -> FsResult<()> {
+        Err(FsError::NoXattrs)
+    }
+
     /// Statistics of the backing file system.
     ///
     /// Errors: [`FsError::Store`] with the error of `statvfs` on the root.
