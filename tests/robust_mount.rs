@@ -330,6 +330,15 @@ fn a_writer_stalled_on_its_append_lock_does_not_block_unrelated_requests() {
     let mnt = Mount::start_with_watchdog(&root, &["--attr-timeout", "0"], WATCHDOG);
     let stalled = create_session(&mnt, "stalled", "/home/alice/app", 1);
     let other = create_session(&mnt, "other", "/home/alice/app", 1);
+    // A new session whose writer has not published it yet: its getattr
+    // looks through the open writers.
+    let fresh = session_rel("fresh", "/home/alice/app");
+    fs::create_dir(mnt.join(&fresh)).unwrap();
+    let fresh_writer = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(mnt.join(&fresh).join(VIEW))
+        .unwrap();
     let backing = fs::canonicalize(root.join(&stalled).join("session.jsonl.zstd")).unwrap();
 
     let lock = OpenOptions::new()
@@ -359,6 +368,8 @@ fn a_writer_stalled_on_its_append_lock_does_not_block_unrelated_requests() {
     for round in 0..5 {
         let t = Instant::now();
         let meta = fs::metadata(&other_file).unwrap(); // getattr
+        let unpublished = fs::metadata(mnt.join(&fresh).join(VIEW)).unwrap();
+        assert_eq!(unpublished.len(), 0, "the unpublished session is empty");
         let text = fs::read_to_string(&other_file).unwrap(); // open, read, release
         assert_eq!(meta.len(), text.len() as u64);
         assert!(!list_dir(&mnt.join(other.parent().unwrap())).is_empty()); // readdir
@@ -377,6 +388,7 @@ fn a_writer_stalled_on_its_append_lock_does_not_block_unrelated_requests() {
         "the stalled writer finished before the unrelated requests ({:?}): nothing was shown",
         started.elapsed()
     );
+    drop(fresh_writer);
     drop(lock);
     let r = done_rx
         .recv_timeout(Duration::from_secs(15))
