@@ -280,6 +280,31 @@ fn a_panicking_handler_of_the_release_binary_answers_eio_and_the_mount_lives() {
     mnt.assert_alive();
     mnt.stop();
 
+    // release and statfs go through the same wrapper: a panicking release
+    // costs nothing the caller sees, a panicking statfs answers EIO.
+    let mut mnt = mount_release_panicking(&root, "release");
+    for _ in 0..3 {
+        let text = fs::read_to_string(mnt.join(&rel).join(VIEW)).unwrap();
+        assert!(text.ends_with(&note(3)));
+    }
+    assert!(
+        mnt.wait_log_contains("release inode", Duration::from_secs(5)),
+        "the forced panic of release is logged: {}",
+        mnt.log()
+    );
+    mnt.assert_alive();
+    mnt.stop();
+    let mut mnt = mount_release_panicking(&root, "statfs");
+    let path = std::ffi::CString::new(mnt.path().as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs into a zeroed struct we own, with a valid path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    assert_eq!(rc, -1, "statvfs through a panicking statfs handler");
+    assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EIO));
+    assert!(fs::metadata(mnt.join(&rel).join(VIEW)).is_ok());
+    mnt.assert_alive();
+    mnt.stop();
+
     // Without the trigger the same binary reads normally.
     let mnt = Mount::start_custom(&release_binary(), &root, &[], WATCHDOG, &[]);
     let text = fs::read_to_string(mnt.join(&rel).join(VIEW)).unwrap();
