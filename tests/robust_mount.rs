@@ -390,6 +390,25 @@ fn a_writer_stalled_on_its_append_lock_does_not_block_unrelated_requests() {
     // Unrelated requests while the writer waits: each answers at once.
     let started = Instant::now();
     let other_file = mnt.join(&other).join(VIEW);
+    // Another writer's batch window still commits (no fsync, no close):
+    // the line reaches the backing file within the window.
+    let mut windowed = OpenOptions::new().append(true).open(&other_file).unwrap();
+    windowed.write_all(note(1).as_bytes()).unwrap();
+    // Decoded with the zstd crate, not a child process: a child would
+    // inherit the test's descriptors on the mount, and closing the stalled
+    // writer's copy at exec waits for that writer.
+    let other_backing = root.join(&other).join("session.jsonl.zstd");
+    let decoded = || {
+        File::open(&other_backing)
+            .and_then(zstd::stream::decode_all)
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_for(Duration::from_secs(3), || decoded()
+            .ends_with(note(1).as_bytes())),
+        "another writer's batch window did not commit while a writer was stalled"
+    );
+    drop(windowed);
     for round in 0..5 {
         let t = Instant::now();
         let meta = fs::metadata(&other_file).unwrap(); // getattr
@@ -399,7 +418,7 @@ fn a_writer_stalled_on_its_append_lock_does_not_block_unrelated_requests() {
         assert_eq!(meta.len(), text.len() as u64);
         assert!(!list_dir(&mnt.join(other.parent().unwrap())).is_empty()); // readdir
         let mut f = OpenOptions::new().append(true).open(&other_file).unwrap();
-        f.write_all(note(round + 1).as_bytes()).unwrap(); // another writer
+        f.write_all(note(round + 2).as_bytes()).unwrap(); // another writer
         f.sync_all().unwrap();
         drop(f);
         assert!(

@@ -230,13 +230,31 @@ impl SessionFs {
     }
 
     /// Commits the writers whose batch window has expired (called by the
-    /// mount's committer thread).
-    pub fn commit_due(&self) {
+    /// mount's committer thread). Each commit runs on a thread of its own:
+    /// a commit may wait up to 10 s for its transcript's append lock, and
+    /// must not hold up the batch windows of other writers. A writer busy
+    /// in a commit is not due (see [`Writer::is_due`]), so one writer never
+    /// has more than one such thread at work.
+    pub fn commit_due(self: &Arc<Self>) {
         for w in self.writers() {
-            if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
-                self.committed_in(&w.session_dir());
-                self.invalidate_attrs(w.ino);
+            if !w.is_due(self.batch_window) {
+                continue;
             }
+            let core = Arc::clone(self);
+            let job = move || core.commit_if_due(&w);
+            let spawned = std::thread::Builder::new()
+                .name("sessionfs-batch".into())
+                .spawn(job);
+            if let Err(e) = spawned {
+                log::warn!("cannot start a batch commit thread ({e}); the batch waits");
+            }
+        }
+    }
+
+    fn commit_if_due(&self, w: &Writer) {
+        if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
+            self.committed_in(&w.session_dir());
+            self.invalidate_attrs(w.ino);
         }
     }
 

@@ -388,10 +388,24 @@ impl Writer {
         out
     }
 
+    /// Whether the batch window of the pending lines has expired, without
+    /// waiting: a writer whose lock is taken (a request or commit at work)
+    /// is not due.
+    pub fn is_due(&self, window: Duration) -> bool {
+        self.pending
+            .try_lock()
+            .is_some_and(|p| p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window))
+    }
+
     /// Commits when the batch window has expired; an error is kept for the
-    /// handle's next write, flush or fsync.
+    /// handle's next write, flush or fsync. A writer busy in a request (a
+    /// commit that may wait up to 10 s for the append lock) is skipped
+    /// until a later tick, so that it does not hold up the batch windows
+    /// of other writers.
     pub fn commit_if_due(&self, store: &Store, window: Duration) -> Committed {
-        let mut p = self.pending.lock();
+        let Some(mut p) = self.pending.try_lock() else {
+            return Committed::Nothing;
+        };
         let due = p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window);
         if !due {
             return Committed::Nothing;
