@@ -152,8 +152,9 @@ fn call<T>(
 }
 
 impl Adapter {
-    /// The entry timeout of a child of `parent`: zero under a per-user
-    /// view (the kernel's dentry cache is shared between users).
+    /// The entry timeout of a looked-up or created entry: zero when the
+    /// core says its directory is a per-user view (the kernel's dentry
+    /// cache is shared between users), else the attribute timeout.
     fn entry_ttl(&self, per_user: bool) -> Duration {
         if per_user {
             Duration::ZERO
