@@ -262,7 +262,10 @@ impl SessionFs {
 
     /// Whether the entries of directory `parent` differ between callers
     /// (a `.by-*` view): the kernel must not cache them (zero entry
-    /// timeout), since its dentry cache is shared between users.
+    /// timeout, no directory cache), since its caches are shared between
+    /// users. A new view lists its directory node here and shows a session
+    /// only when [`SessionFs::visible_to`] the caller, in lookup and in
+    /// listing.
     pub fn is_per_user(&self, parent: u64) -> bool {
         matches!(self.inodes.node(parent), Some((_, Node::ById)))
     }
