@@ -24,8 +24,8 @@ pub mod lines;
 pub mod naming;
 pub mod publish;
 pub mod quarantine;
-pub mod session_writer;
 pub mod render;
+pub mod session_writer;
 pub mod tail;
 pub mod title;
 pub mod transcript;
@@ -93,6 +93,9 @@ pub enum EntryKind {
     Transcript,
     /// A flat artifact `<project>/<name>.jsonl[.zstd]` (refused at lookup).
     FlatArtifact,
+    /// A FIFO, socket or device node passed through (its exact type is
+    /// the backing file's).
+    Special,
 }
 
 /// One entry of a listing.
@@ -163,7 +166,7 @@ fn kind_of(file_type: fs::FileType) -> Option<EntryKind> {
     } else if file_type.is_symlink() {
         Some(EntryKind::Symlink)
     } else {
-        None
+        Some(EntryKind::Special)
     }
 }
 
