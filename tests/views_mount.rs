@@ -492,3 +492,83 @@ fn damaged_corpus_cases_show_exactly_the_sessions_list_accepts() {
         mount.stop();
     }
 }
+
+/// Runs `argv` as uid/gid 65534 (nobody) without supplementary groups;
+/// returns (status ok, stdout).
+fn as_nobody(argv: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .args([
+            "-k",
+            "5",
+            "30",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(argv)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run setpriv (util-linux)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn each_user_sees_only_the_sessions_they_may_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    copy_tree(&corpus_dir().join("normal/root"), &root);
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let chmod = |p: &Path, mode| fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    chmod(tmp.path(), 0o755);
+    // `--root--` holds the sessions of `/` and `/root`; Session-A's
+    // transcript alone is closed.
+    chmod(&root.join("--root--"), 0o700);
+    chmod(
+        &root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd"),
+        0o600,
+    );
+    let mount = mount_corpus(&root, &["--allow-other"]);
+    let title = mount.join(".by-title");
+    assert_eq!(names(&title).len(), 23, "root sees every session");
+    let (ok, out) = as_nobody(&["ls", "-1", title.to_str().unwrap()]);
+    assert!(ok);
+    let seen: Vec<&str> = out.lines().collect();
+    assert_eq!(seen.len(), 20, "{out}");
+    for hidden in ["cwd-root", "cwd-slas", "Session-"] {
+        assert!(
+            !seen.iter().any(|n| n.ends_with(hidden)),
+            "{hidden} in {out}"
+        );
+    }
+    // A directory with nothing the caller may see is not there for them.
+    let by_cwd = mount.join(".by-cwd");
+    assert!(names(&by_cwd).contains(&"root".to_string()));
+    let (ok, out) = as_nobody(&["ls", "-1", by_cwd.to_str().unwrap()]);
+    assert!(ok);
+    assert!(
+        !out.lines().any(|n| n == "root" || n.ends_with("cwd-slas")),
+        "{out}"
+    );
+    assert!(out.lines().any(|n| n == "home"), "{out}");
+    let (ok, _) = as_nobody(&["ls", by_cwd.join("root").to_str().unwrap()]);
+    assert!(!ok, "nobody lists .by-cwd/root");
+    // What nobody sees, nobody can follow.
+    let (ok, out) = as_nobody(&[
+        "sh",
+        "-c",
+        &format!("cat '{}'/*/session.jsonl | wc -l", title.display()),
+    ]);
+    assert!(ok && out.trim().parse::<u64>().unwrap() > 0, "{out}");
+    mount.stop();
+}

@@ -143,7 +143,7 @@ fn lookup_getattr_and_read_show_the_committed_transcript() {
         f.fs.read(f.ino, fh, 5, 10).unwrap(),
         &expected.as_bytes()[5..15]
     );
-    f.fs.release(fh);
+    f.fs.release(fh).unwrap();
     assert_eq!(errno(f.fs.read(f.ino, fh, 0, 1)), Err(libc::EBADF));
     assert_eq!(
         errno(f.fs.lookup(ROOT_INO, OsStr::new(".Trash"))),
@@ -174,8 +174,8 @@ fn a_write_is_pending_until_fsync_and_read_your_writes_commits_it() {
     assert_eq!(all, [&before[..], line.as_bytes()].concat());
     assert_eq!(f.on_disk(), all);
     f.fs.fsync(fh).unwrap();
-    f.fs.release(fh);
-    f.fs.release(rh);
+    f.fs.release(fh).unwrap();
+    f.fs.release(rh).unwrap();
 }
 
 #[test]
@@ -191,7 +191,7 @@ fn a_stale_batch_is_dropped_and_reported_once_by_fsync() {
     f.fs.flush(fh).unwrap();
     let disk = f.on_disk();
     assert!(disk.ends_with(format!("{}{}", note(1, 9, 9), note(2, 1, 2)).as_bytes()));
-    f.fs.release(fh);
+    f.fs.release(fh).unwrap();
 }
 
 #[test]
@@ -223,8 +223,8 @@ fn refused_writes_take_nothing() {
         errno(f.fs.write(rh, 0, line.as_bytes(), true)),
         Err(libc::EBADF)
     );
-    f.fs.release(fh);
-    f.fs.release(rh);
+    f.fs.release(fh).unwrap();
+    f.fs.release(rh).unwrap();
 }
 
 #[test]
@@ -246,9 +246,9 @@ fn an_incomplete_line_fails_the_close_and_is_never_stored() {
     f.fs.flush(fh).unwrap();
     assert_eq!(f.on_disk(), [&before[..], line.as_bytes()].concat());
     f.fs.write(fh, 0, b"{\"type\"", true).unwrap();
-    f.fs.release(fh);
+    f.fs.release(fh).unwrap();
     assert_eq!(f.on_disk(), [&before[..], line.as_bytes()].concat());
-    f.fs.release(rh);
+    f.fs.release(rh).unwrap();
 }
 
 // ---------------------------------------------------------------------------
@@ -623,7 +623,7 @@ fn run_model(ops: &[Op]) -> Model {
             }
             Op::Release { h } => {
                 let i = pick(h, &m).unwrap();
-                f.fs.release(m.handles[i].fh);
+                f.fs.release(m.handles[i].fh).unwrap();
                 if m.handles[i].writer {
                     let _ = m.commit(i);
                 }
@@ -647,7 +647,7 @@ fn run_model(ops: &[Op]) -> Model {
         );
     }
     for h in &m.handles {
-        f.fs.release(h.fh);
+        f.fs.release(h.fh).unwrap();
     }
     m
 }

@@ -111,7 +111,7 @@ impl SessionFs {
         flags: i32,
     ) -> FsResult<Handle> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return Err(FsError::Errno(libc::EACCES));
+            return Err(FsError::ReadOnlyView);
         }
         let t = self.store.transcript(project, session).map_err(refused)?;
         let (rendering, _) = self.renderings.caught_up(&self.store, &t)?;
@@ -140,5 +140,5 @@ impl SessionFs {
 /// A transcript that is refused or missing has no `session.md`.
 fn refused(e: StoreError) -> FsError {
     log::debug!("no session.md: {e}");
-    FsError::Errno(libc::ENOENT)
+    FsError::NoEntry
 }

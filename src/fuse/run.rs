@@ -55,6 +55,9 @@ pub struct MountConfig {
     /// Every sessionfs option by its `-o` name with the value in effect,
     /// for `.sessionfs-status`.
     pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Budget of the bytes all writers may hold uncommitted (bytes; a
+    /// write past it fails with ENOSPC).
+    pub pending_budget: u64,
 }
 
 /// How often the serving loop checks for a signal or an external unmount.
@@ -153,7 +156,7 @@ fn keep_freed_memory() {
     // SAFETY: mallopt only tunes glibc's allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, super::budget::KEEP_FREED_BYTES);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
     }
 }
@@ -237,7 +240,9 @@ pub fn run_mount(
     fuse_config.clone_fd = true;
 
     let batch_window = Duration::from_millis(config.batch_ms);
-    let core = Arc::new(SessionFs::new(Arc::new(store), batch_window));
+    let mut core = SessionFs::new(Arc::new(store), batch_window);
+    core.set_pending_budget(config.pending_budget);
+    let core = Arc::new(core);
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
@@ -319,13 +324,15 @@ pub fn run_mount(
                 })?;
             }
             log::info!(
-                "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes)",
+                "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} \
+                 bytes, pending budget {} bytes)",
                 config.root.display(),
                 config.mountpoint.display(),
                 if read_only { "read-only" } else { "read-write" },
                 config.attr_timeout,
                 batch_window,
-                config.cache_bytes
+                config.cache_bytes,
+                config.pending_budget
             );
             on_ready();
             serve(&own, &stop, &session_ended)

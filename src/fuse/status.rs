@@ -249,7 +249,7 @@ impl StatusFile {
             return None;
         }
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return Some(Err(FsError::Errno(libc::EROFS)));
+            return Some(Err(FsError::ReadOnlyStatus));
         }
         let fh = STATUS_FH_BIT | self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open.lock().insert(fh, Arc::new(self.render()));
@@ -263,7 +263,7 @@ impl StatusFile {
         }
         let text = self.open.lock().get(&fh).cloned();
         Some(match text {
-            None => Err(FsError::Errno(libc::EBADF)),
+            None => Err(FsError::BadHandle),
             Some(text) => {
                 let from = usize::try_from(offset)
                     .unwrap_or(usize::MAX)

@@ -45,10 +45,10 @@ impl SessionFs {
         name: &OsStr,
         visible: Visible,
     ) -> FsResult<Node> {
-        let name = name.to_str().ok_or(FsError::Errno(libc::ENOENT))?;
+        let name = name.to_str().ok_or(FsError::NoEntry)?;
         let snap = self.views.snapshot(&self.store)?;
         let tree = snap.tree(view);
-        let dir = tree.dir(rel).ok_or(FsError::Errno(libc::ENOENT))?;
+        let dir = tree.dir(rel).ok_or(FsError::NoEntry)?;
         let rel = join(rel, name);
         if dir.subdirs.contains(name) && tree.shows_any(&rel, &snap.sessions, visible) {
             Ok(Node::ViewDir { view, rel })
@@ -59,7 +59,7 @@ impl SessionFs {
         {
             Ok(Node::ViewLink { view, rel })
         } else {
-            Err(FsError::Errno(libc::ENOENT))
+            Err(FsError::NoEntry)
         }
     }
 
@@ -75,7 +75,7 @@ impl SessionFs {
     ) -> FsResult<Vec<(String, Kind, Node)>> {
         let snap = self.views.snapshot(&self.store)?;
         let tree = snap.tree(view);
-        let dir = tree.dir(rel).ok_or(FsError::Errno(libc::ENOENT))?;
+        let dir = tree.dir(rel).ok_or(FsError::NoEntry)?;
         let mut out = Vec::with_capacity(dir.subdirs.len() + dir.members.len());
         for name in &dir.subdirs {
             let rel = join(rel, name);
@@ -98,7 +98,7 @@ impl SessionFs {
     /// Errors: ENOENT when the link is gone.
     pub(super) fn view_target(&self, view: ViewKind, rel: &str) -> FsResult<Vec<u8>> {
         let snap = self.views.snapshot(&self.store)?;
-        let i = snap.link(view, rel).ok_or(FsError::Errno(libc::ENOENT))?;
+        let i = snap.link(view, rel).ok_or(FsError::NoEntry)?;
         let s = &snap.sessions[i];
         let depth = 1 + rel.matches('/').count();
         let mut target = b"../".repeat(depth);
@@ -117,7 +117,7 @@ impl SessionFs {
             Node::ViewDir { view, rel } => {
                 let snap = self.views.snapshot(&self.store)?;
                 if snap.tree(*view).dir(rel).is_none() {
-                    return Err(FsError::Errno(libc::ENOENT));
+                    return Err(FsError::NoEntry);
                 }
                 let mut a = self.root_attr(ino)?;
                 a.perm = 0o555;
@@ -140,7 +140,7 @@ impl SessionFs {
                 a.size = target.len() as u64;
                 Ok(a)
             }
-            _ => Err(FsError::Errno(libc::EINVAL)),
+            _ => Err(FsError::Invalid),
         }
     }
 }

@@ -12,6 +12,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -19,7 +20,8 @@ use parking_lot::Mutex;
 use crate::store::session_writer::{drops_batch, Commit, SessionWriter};
 use crate::store::Store;
 
-use super::fs::{FsError, FsResult};
+use super::budget::PendingBudget;
+use super::error::{FsError, FsResult};
 
 /// Longest line a writer may send (bytes): a line is held whole until its
 /// newline arrives, so its length is what the handle costs in memory.
@@ -41,7 +43,17 @@ struct Pending {
     since: Option<Instant>,
     /// An error the next write, flush or fsync reports (a batch dropped or
     /// a commit failed in the background).
-    failed: Option<i32>,
+    failed: Option<Arc<FsError>>,
+    /// Bytes charged to the mount's pending budget for the pending lines
+    /// and `partial`.
+    charged: u64,
+}
+
+impl Pending {
+    /// Bytes this handle holds uncommitted.
+    fn held(&self) -> u64 {
+        (self.session.pending().len() + self.partial.len()) as u64
+    }
 }
 
 /// One open, writable `session.jsonl`.
@@ -53,6 +65,8 @@ pub struct Writer {
     /// Opened with O_APPEND: the offset of every write is ignored.
     append_only: bool,
     pending: Mutex<Pending>,
+    /// The mount's budget of pending bytes, shared by every writer.
+    budget: Arc<PendingBudget>,
 }
 
 /// What a commit changed, for the caller to tell the kernel.
@@ -61,6 +75,13 @@ pub enum Committed {
     Nothing,
     /// A batch was written (or a session published).
     Batch,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let p = self.pending.get_mut();
+        self.budget.resize(p.charged, 0);
+    }
 }
 
 impl Writer {
@@ -75,6 +96,7 @@ impl Writer {
         project: OsString,
         session: OsString,
         append_only: bool,
+        budget: Arc<PendingBudget>,
     ) -> FsResult<Writer> {
         let writer = SessionWriter::open(store, &project, &session)?
             .with_commit_options(super::crash_hook::commit_options());
@@ -88,13 +110,20 @@ impl Writer {
                 partial: Vec::new(),
                 since: None,
                 failed: None,
+                charged: 0,
             }),
+            budget,
         })
     }
 
     /// The session directory, relative to the root.
     pub fn session_dir(&self) -> PathBuf {
         Path::new(&self.project).join(&self.session)
+    }
+
+    /// Bytes this handle holds uncommitted (charged to the pending budget).
+    pub fn held(&self) -> u64 {
+        self.pending.lock().charged
     }
 
     /// Whether this writer has not yet published its new session.
@@ -122,8 +151,8 @@ impl Writer {
         batch_window: Duration,
     ) -> FsResult<u32> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = p.failed.take() {
+            return Err(FsError::Earlier(e));
         }
         let end = committed_len + (p.session.pending().len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
@@ -132,8 +161,45 @@ impl Writer {
                  append-only and ends at {end}; open it with O_APPEND (>>) to append",
                 self.session_dir().display()
             );
-            return Err(FsError::Errno(libc::EPERM));
+            return Err(FsError::Refused);
         }
+        // Charged before anything is taken: at most every byte of `data`
+        // stays pending, and the budget is settled to what really stays.
+        let wanted = p.held() + data.len() as u64;
+        if !self.budget.try_resize(p.charged, wanted) {
+            log::warn!(
+                "write of {} bytes to {}/session.jsonl refused (ENOSPC): the mount's writers \
+                 already hold {} of the {} bytes of --pending-budget uncommitted; end lines \
+                 with \\n, close or fsync other writers, or mount with a larger --pending-budget",
+                data.len(),
+                self.session_dir().display(),
+                self.budget.used(),
+                self.budget.limit()
+            );
+            return Err(FsError::PendingBudget);
+        }
+        p.charged = wanted;
+        let r = self.take(store, &mut p, data, batch_window);
+        self.settle(&mut p);
+        r
+    }
+
+    /// Charges the budget with what `p` holds now.
+    fn settle(&self, p: &mut Pending) {
+        let held = p.held();
+        self.budget.resize(p.charged, held);
+        p.charged = held;
+    }
+
+    /// Splits `data` into lines, checks the complete ones and keeps them
+    /// pending (the body of [`Writer::write`]).
+    fn take(
+        &self,
+        store: &Store,
+        p: &mut Pending,
+        data: &[u8],
+        batch_window: Duration,
+    ) -> FsResult<u32> {
         let Some(last_newline) = data.iter().rposition(|&b| b == b'\n') else {
             // No line ends here: the bytes wait on the handle, unchecked
             // until their line is complete (linear in the line's length).
@@ -143,14 +209,14 @@ impl Writer {
                      bytes; split the record",
                     self.session_dir().display()
                 );
-                return Err(FsError::Errno(libc::EFBIG));
+                return Err(FsError::LineTooLong);
             }
             p.partial.extend_from_slice(data);
             return Ok(data.len() as u32);
         };
         let cut = last_newline + 1;
         if data.len() - cut > MAX_LINE_BYTES {
-            return Err(FsError::Errno(libc::EFBIG));
+            return Err(FsError::LineTooLong);
         }
         let mut complete = std::mem::take(&mut p.partial);
         complete.extend_from_slice(&data[..cut]);
@@ -168,7 +234,7 @@ impl Writer {
             p.since = Some(Instant::now());
         }
         if batch_window.is_zero() || p.session.pending().len() >= COMMIT_AT_BYTES {
-            if let Err(e) = self.commit_locked(store, &mut p) {
+            if let Err(e) = self.commit_locked(store, p) {
                 p.failed = None; // reported here
                 return Err(e);
             }
@@ -184,8 +250,8 @@ impl Writer {
     /// ENOSPC: the batch stays pending and a later fsync retries it).
     pub fn fsync(&self, store: &Store) -> FsResult<Committed> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = p.failed.take() {
+            return Err(FsError::Earlier(e));
         }
         let result = self.commit_locked(store, &mut p);
         if result.is_err() {
@@ -204,8 +270,8 @@ impl Writer {
         // A failure stays recorded after a flush reports it: the flush may
         // come from a forked child closing its copy of the descriptor, and
         // the owner's own fsync, write or close must still see it.
-        if let Some(errno) = p.failed {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = &p.failed {
+            return Err(FsError::Earlier(Arc::clone(e)));
         }
         let committed = self.commit_locked(store, &mut p)?;
         if !p.partial.is_empty() {
@@ -215,7 +281,7 @@ impl Writer {
                 self.session_dir().display(),
                 p.partial.len()
             );
-            return Err(FsError::Errno(libc::EINVAL));
+            return Err(FsError::Invalid);
         }
         Ok(committed)
     }
@@ -243,8 +309,14 @@ impl Writer {
                 p.partial.len(),
                 self.session_dir().display()
             );
-            p.partial.clear();
         }
+        // The memory goes back now, not when the last reference to this
+        // writer is dropped.
+        p.partial = Vec::new();
+        if !p.session.pending().is_empty() {
+            p.session.discard(store);
+        }
+        self.settle(&mut p);
         committed
     }
 
@@ -275,10 +347,23 @@ impl Writer {
         self.pending.lock().session.pending().len() as u64
     }
 
+    /// Whether the batch window of the pending lines has expired, without
+    /// waiting: a writer whose lock is taken (a request or commit at work)
+    /// is not due.
+    pub fn is_due(&self, window: Duration) -> bool {
+        self.pending
+            .try_lock()
+            .is_some_and(|p| p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window))
+    }
+
     /// Commits when the batch window has expired; an error is kept for the
-    /// handle's next write, flush or fsync.
+    /// handle's next write, flush or fsync. A writer busy in a request (a
+    /// commit that may wait for the session's lock) is skipped until a
+    /// later tick, so that it does not hold up other writers' windows.
     pub fn commit_if_due(&self, store: &Store, window: Duration) -> Committed {
-        let mut p = self.pending.lock();
+        let Some(mut p) = self.pending.try_lock() else {
+            return Committed::Nothing;
+        };
         let due = p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window);
         if !due {
             return Committed::Nothing;
@@ -286,7 +371,7 @@ impl Writer {
         match self.commit_locked(store, &mut p) {
             Ok(c) => c,
             Err(e) => {
-                p.failed = Some(e.errno());
+                p.failed = Some(Arc::new(e));
                 Committed::Nothing
             }
         }
@@ -296,6 +381,12 @@ impl Writer {
     /// (which applies the drop policy); a dropped batch is recorded for the
     /// handle's next write, flush or fsync, a kept one restarts the window.
     fn commit_locked(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
+        let r = self.commit_pending(store, p);
+        self.settle(p);
+        r
+    }
+
+    fn commit_pending(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
         p.since = None;
         match p.session.commit(store) {
             Ok(Commit::Nothing) => Ok(Committed::Nothing),
@@ -305,8 +396,9 @@ impl Writer {
                     "batch of {}/session.jsonl dropped: {e}",
                     self.session_dir().display()
                 );
-                p.failed = Some(e.errno());
-                Err(e.into())
+                let e = Arc::new(FsError::Store(e));
+                p.failed = Some(Arc::clone(&e));
+                Err(FsError::Earlier(e))
             }
             Err(e) => {
                 log::warn!(

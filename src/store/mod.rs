@@ -94,6 +94,9 @@ pub enum EntryKind {
     Transcript,
     /// A flat artifact `<project>/<name>.jsonl[.zstd]` (refused at lookup).
     FlatArtifact,
+    /// A FIFO, socket or device node passed through (its exact type is
+    /// the backing file's).
+    Special,
 }
 
 /// One entry of a listing.
@@ -164,7 +167,7 @@ fn kind_of(file_type: fs::FileType) -> Option<EntryKind> {
     } else if file_type.is_symlink() {
         Some(EntryKind::Symlink)
     } else {
-        None
+        Some(EntryKind::Special)
     }
 }
 

@@ -291,7 +291,8 @@ impl SessionWriter {
     /// Drops the pending batch (a caller giving up) and moves the cursor
     /// to the committed tail.
     pub fn discard(&mut self, store: &Store) {
-        self.batch.clear();
+        // A new buffer, so that the memory of a large batch goes back now.
+        self.batch = Vec::new();
         self.resync(store);
     }
 

@@ -522,7 +522,16 @@ impl Mount {
     /// `start`, with the watchdog set to abort the FUSE connection once the
     /// mount has been up for `limit` (for tests that legitimately run long).
     pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
-        Mount::start_inner(root, None, extra_args, limit, None, &[], &[])
+        Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            None,
+            extra_args,
+            limit,
+            None,
+            &[],
+            &[],
+        )
     }
 
     /// `start`, with the daemon's address space limited to `bytes`
@@ -530,6 +539,7 @@ impl Mount {
     /// allocate more gets allocation failures instead of memory.
     pub fn start_with_rlimit_as(root: &Path, extra_args: &[&str], bytes: u64) -> Mount {
         Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
             root,
             None,
             extra_args,
@@ -552,7 +562,16 @@ impl Mount {
         wrapper: &[&OsStr],
         envs: &[(&OsStr, &OsStr)],
     ) -> Mount {
-        Mount::start_inner(root, None, extra_args, limit, None, wrapper, envs)
+        Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            None,
+            extra_args,
+            limit,
+            None,
+            wrapper,
+            envs,
+        )
     }
 
     /// `start` on the existing directory `mnt` (kept on drop), for tests of
@@ -561,6 +580,7 @@ impl Mount {
     /// for the new daemon to serve before using it.
     pub fn start_at(root: &Path, mnt: &Path, extra_args: &[&str]) -> Mount {
         Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
             root,
             Some(mnt),
             extra_args,
@@ -580,11 +600,29 @@ impl Mount {
         let _ = child.wait();
     }
 
-    /// Starts the daemon: on `at` (kept on drop) or on a new temporary
-    /// mount point, under `RLIMIT_AS` = `rlimit_as`, through `wrapper`,
-    /// with `envs` added to its environment.
+    /// `start_with_watchdog` with another `sessionfs` binary (the release
+    /// build: [`release_binary`]) and extra environment variables of the
+    /// daemon.
+    pub fn start_custom(
+        bin: &Path,
+        root: &Path,
+        extra_args: &[&str],
+        limit: Duration,
+        envs: &[(&str, &str)],
+    ) -> Mount {
+        let envs: Vec<(&OsStr, &OsStr)> = envs
+            .iter()
+            .map(|(k, v)| (OsStr::new(*k), OsStr::new(*v)))
+            .collect();
+        Mount::start_inner(bin, root, None, extra_args, limit, None, &[], &envs)
+    }
+
+    /// Starts the daemon `bin`: on `at` (kept on drop) or on a new
+    /// temporary mount point, under `RLIMIT_AS` = `rlimit_as`, through
+    /// `wrapper`, with `envs` added to its environment.
     #[allow(clippy::too_many_arguments)]
     fn start_inner(
+        bin: &Path,
         root: &Path,
         at: Option<&Path>,
         extra_args: &[&str],
@@ -629,10 +667,10 @@ impl Mount {
         let log_out = log.try_clone().unwrap();
 
         let mut cmd = match wrapper.split_first() {
-            None => Command::new(env!("CARGO_BIN_EXE_sessionfs")),
+            None => Command::new(bin),
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(env!("CARGO_BIN_EXE_sessionfs"));
+                c.args(rest).arg(bin);
                 c
             }
         };
@@ -669,7 +707,7 @@ impl Mount {
         }
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", env!("CARGO_BIN_EXE_sessionfs")));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
 
         let done = Arc::new(AtomicBool::new(false));
         let mut mount = Mount {
@@ -895,4 +933,58 @@ pub fn seeded_rng(seed: u64) -> proptest::test_runner::TestRng {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes)
+}
+
+/// The release build of `sessionfs` (the shipped profile), built once per
+/// test process with `cargo build --release` beside the test's own binary
+/// (`target/release/sessionfs`). Panics when the build fails.
+pub fn release_binary() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let debug_bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
+        // target/<profile>/sessionfs -> target/release/sessionfs
+        let target = debug_bin
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lies in target/<profile>/");
+        let out = Command::new("timeout")
+            .args(["-k", "10", "900"])
+            .arg(cargo)
+            .args([
+                "build",
+                "--release",
+                "--bin",
+                "sessionfs",
+                "--manifest-path",
+            ])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cargo build --release");
+        assert!(
+            out.status.success(),
+            "cargo build --release failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin = target.join("release/sessionfs");
+        assert!(bin.is_file(), "no release binary at {}", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// The resident set size of process `pid` in KiB (`VmRSS` of
+/// /proc/PID/status). Panics when the process is gone.
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
