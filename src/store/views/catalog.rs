@@ -15,6 +15,11 @@
 //! validated (the checks of [`Store::transcript`]; a duplicate id, the same
 //! session directory name in two projects, is found from the catalog) and
 //! read up to its first user message.
+//!
+//! The listing primitives are the store's own ([`Store::list_projects`],
+//! [`Store::list_project`]); the one discovery catalog of the root (issue
+//! 11), once it serves them, gives this catalog its project listings and
+//! stamps, and the per-session facts stay here.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
