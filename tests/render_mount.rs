@@ -91,7 +91,7 @@ fn session_dirs(mnt: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     for project in fs::read_dir(mnt).unwrap() {
         let project = project.unwrap();
-        if project.file_name() == ".by-id" {
+        if project.file_name().as_encoded_bytes().starts_with(b".by-") {
             continue;
         }
         for session in fs::read_dir(project.path()).unwrap() {
