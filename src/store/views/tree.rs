@@ -279,6 +279,26 @@ mod tests {
     }
 
     #[test]
+    fn a_link_named_like_a_directory_beside_it_gets_the_full_id() {
+        let ms = 1_767_603_600_000; // 2026-01-05 09:00:00 UTC
+        let snap = ViewSnapshot::build(
+            vec![
+                facts("a_12345678", Some("/"), ms, "t"),
+                facts("b_87654321", Some("/2026-01-05 09-00-00 t 12345678"), ms, "u"),
+            ],
+            &TimeZone::UTC,
+        );
+        let top = snap.tree(ViewKind::Cwd).dir("").unwrap();
+        assert!(top.subdirs.contains("2026-01-05 09-00-00 t 12345678"));
+        let names: Vec<&str> = snap
+            .links(ViewKind::Cwd, top)
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["2026-01-05 09-00-00 t a_12345678"]);
+    }
+
+    #[test]
     fn collisions_get_the_full_id_on_every_side() {
         let utc = TimeZone::UTC;
         // 2026-01-05 09:00:00 UTC.
