@@ -156,15 +156,15 @@ impl ViewCatalog {
                 return Ok(Arc::clone(snap));
             }
         }
-        let changed = rescan(store, &self.cache, &mut st.projects)?;
-        if changed || st.snapshot.is_none() {
+        let found = rescan(store, &self.cache, &mut st.projects)?;
+        if found.persist {
+            if let Some(path) = &self.persist {
+                save(path, &st.projects);
+            }
+        }
+        if found.views || st.snapshot.is_none() {
             let snap = Arc::new(ViewSnapshot::build(visible_facts(&st.projects), &self.zone));
             st.snapshot = Some((Instant::now(), snap));
-            if changed {
-                if let Some(path) = &self.persist {
-                    save(path, &st.projects);
-                }
-            }
         } else if let Some((at, _)) = &mut st.snapshot {
             *at = Instant::now();
         }
@@ -194,13 +194,23 @@ fn visible_facts(projects: &BTreeMap<OsString, Project>) -> Vec<Arc<ViewFacts>> 
         .collect()
 }
 
-/// Brings `projects` up to date with the root; true when anything changed.
+/// What a rescan found.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rescan {
+    /// The sessions or their facts changed: the views must be rebuilt.
+    views: bool,
+    /// Anything persisted changed (the views, or a directory's stamp).
+    persist: bool,
+}
+
+/// Brings `projects` up to date with the root.
 fn rescan(
     store: &Store,
     cache: &Arc<FrameCache>,
     projects: &mut BTreeMap<OsString, Project>,
-) -> Result<bool, StoreError> {
+) -> Result<Rescan, StoreError> {
     let names = store.list_projects()?;
+    let mut stamps_changed = false;
     let mut changed = false;
     let before = projects.len();
     projects.retain(|name, _| names.contains(name));
@@ -222,12 +232,13 @@ fn rescan(
             }
             continue;
         }
-        changed = true;
         let listed = match store.list_project(&name) {
             Ok(entries) => entries,
             Err(e) => {
                 log::debug!("views: {e}");
+                stamps_changed |= project.stamp.is_some();
                 project.stamp = None;
+                changed |= !project.sessions.is_empty();
                 project.sessions.clear();
                 continue;
             }
@@ -237,14 +248,30 @@ fn rescan(
             if entry.kind != EntryKind::Dir {
                 continue;
             }
-            let mut slot = project.sessions.remove(&entry.name).unwrap_or(Slot::Empty);
-            revisit(store, cache, &name, &entry.name, &mut slot);
+            let (mut slot, known) = match project.sessions.remove(&entry.name) {
+                Some(slot) => (slot, true),
+                None => (Slot::Empty, false),
+            };
+            // A session directory new to the catalog changes the views
+            // only once it holds a transcript (revisit says so).
+            changed |= revisit(store, cache, &name, &entry.name, &mut slot)
+                || (!known && !matches!(slot, Slot::Empty));
             sessions.insert(entry.name, slot);
         }
+        // Sessions gone from the directory.
+        changed |= project
+            .sessions
+            .values()
+            .any(|slot| !matches!(slot, Slot::Empty));
         project.sessions = sessions;
-        project.stamp = (!stamp.racy()).then_some(stamp);
+        let trusted = (!stamp.racy()).then_some(stamp);
+        stamps_changed |= project.stamp != trusted;
+        project.stamp = trusted;
     }
-    Ok(changed)
+    Ok(Rescan {
+        views: changed,
+        persist: changed || stamps_changed,
+    })
 }
 
 /// Looks at one session directory again; reads it only when its

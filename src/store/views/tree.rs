@@ -284,7 +284,12 @@ mod tests {
         let snap = ViewSnapshot::build(
             vec![
                 facts("a_12345678", Some("/"), ms, "t"),
-                facts("b_87654321", Some("/2026-01-05 09-00-00 t 12345678"), ms, "u"),
+                facts(
+                    "b_87654321",
+                    Some("/2026-01-05 09-00-00 t 12345678"),
+                    ms,
+                    "u",
+                ),
             ],
             &TimeZone::UTC,
         );
