@@ -3,42 +3,18 @@
 # tests that mount copies of ../shared/corpus through FUSE.
 #
 # Needs: a Rust toolchain, /dev/fuse, root (the tests mount with mount(2)),
-# and the tools the tests compare against: zstd, python3 and rsync (fuse3 is
-# installed for fusermount3). Missing tools are installed with apt when run
-# as root.
-# and the tools the tests compare against: zstd and python3 (fuse3 is
-# installed for fusermount3), and for the shared-root network tests the
-# packages scripts/install-net-test-deps.sh installs. Missing tools are
-# installed with apt when run as root.
+# and the Debian packages scripts/install-test-deps.sh installs when run as
+# root (zstd, fuse3, npm, rsync, systemd, util-linux, and the shared-root
+# network tests' openssh-server, sshfs, samba, smbnetfs, rclone, faketime).
 #
 # Usage: scripts/test.sh [extra `cargo test` arguments]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-missing=()
-command -v zstd >/dev/null 2>&1 || missing+=(zstd)
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
-command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
-command -v rsync >/dev/null 2>&1 || missing+=(rsync)
-# systemd-analyze verifies contrib/'s units (tests/lifecycle_systemd_mount.rs).
-command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test.sh: installing ${missing[*]}" >&2
-    apt-get update
-    # No service may start while packages install (systemd's postinst).
-    [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
-  else
-    echo "test.sh: missing ${missing[*]}; install them (apt-get install ${missing[*]})" >&2
-    exit 1
-  fi
-fi
-
-# The shared-root network tests need an SSH server, sshfs, Samba, smbnetfs,
-# rclone and faketime (no daemon is started by the install).
 if [ "$(id -u)" -eq 0 ]; then
-  scripts/install-net-test-deps.sh
+  scripts/install-test-deps.sh
+else
+  echo "test.sh: not root: the mount tests need root; packages are not installed" >&2
 fi
 
 if [ ! -e /dev/fuse ]; then

@@ -524,7 +524,14 @@ fn damage_stops_the_rendering_and_refused_sessions_have_no_session_md() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no number after {after:?} in {}", &md[stop..]))
     };
-    let (at, frame) = (number("(byte "), number("corrupt at byte "));
+    // The store names the damaged frame's offset ("damaged at byte N" for
+    // damage in the middle, "corrupt at byte N" otherwise).
+    let frame_word = if md[stop..].contains("damaged at byte ") {
+        "damaged at byte "
+    } else {
+        "corrupt at byte "
+    };
+    let (at, frame) = (number("(byte "), number(frame_word));
     let backing =
         fs::read(root.join("--home-alice-work-app--/bitflip-middle-frame/session.jsonl.zstd"))
             .unwrap();

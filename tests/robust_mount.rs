@@ -251,7 +251,7 @@ fn a_panicking_handler_of_the_release_binary_answers_eio_and_the_mount_lives() {
     }
     assert_eq!(
         list_dir(&mnt.join(&rel)),
-        vec![OsString::from(VIEW)],
+        vec![OsString::from(VIEW), OsString::from("session.md")],
         "listing still works"
     );
     let size = fs::metadata(&file).unwrap().len();
@@ -614,7 +614,8 @@ fn fifos_and_device_nodes_are_shown_with_their_real_type() {
         vec![
             OsString::from("null"),
             OsString::from("pipe"),
-            OsString::from(VIEW)
+            OsString::from(VIEW),
+            OsString::from("session.md")
         ],
         "the FIFO and the device node are listed"
     );
