@@ -415,6 +415,15 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     let cache = tempfile::tempdir().unwrap();
     let cache_arg = cache.path().to_str().unwrap();
     let first = mount_corpus(root.path(), &["--index-cache", cache_arg]);
+    // `ls -l` of the mount's root reads no session for the views.
+    let out = Command::new("ls")
+        .arg("-la")
+        .arg(first.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(".by-date"));
+    assert_eq!(status(&first)["views"]["sessions_read"], 0);
     let mut listed = names(&first.join(".by-title"));
     listed.sort();
     assert_eq!(listed.len(), 23);

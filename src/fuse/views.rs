@@ -115,15 +115,19 @@ impl SessionFs {
     pub(super) fn view_attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
         match node {
             Node::ViewDir { view, rel } => {
-                let snap = self.views.snapshot(&self.store)?;
-                if snap.tree(*view).dir(rel).is_none() {
-                    return Err(FsError::NoEntry);
-                }
                 let mut a = self.root_attr(ino)?;
                 a.perm = 0o555;
                 a.nlink = 2;
-                a.mtime = snap.built;
-                a.ctime = snap.built;
+                // A view's top always exists: `ls -l MNT` never builds the
+                // views.
+                if !rel.is_empty() {
+                    let snap = self.views.snapshot(&self.store)?;
+                    if snap.tree(*view).dir(rel).is_none() {
+                        return Err(FsError::NoEntry);
+                    }
+                    a.mtime = snap.built;
+                    a.ctime = snap.built;
+                }
                 Ok(a)
             }
             Node::ViewLink { view, rel } => {
