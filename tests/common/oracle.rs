@@ -157,6 +157,8 @@ pub fn run_oracle(root: &Path, extra: &[&OsStr]) -> (Value, Output) {
     (report, out)
 }
 
+/// One session of an oracle report, by id. Panics when the report has
+/// none.
 pub fn oracle_session<'a>(report: &'a Value, id: &str) -> &'a Value {
     report["sessions"]
         .as_array()
@@ -164,4 +166,60 @@ pub fn oracle_session<'a>(report: &'a Value, id: &str) -> &'a Value {
         .iter()
         .find(|s| s["id"] == id)
         .unwrap_or_else(|| panic!("the oracle found no session {id:?}"))
+}
+
+/// The oracle's report over `root` (its own copy), sessions' text
+/// included; panics unless the oracle exits 0.
+pub fn report(root: &Path) -> Value {
+    let (report, out) = run_oracle(root, &[]);
+    assert!(
+        out.status.success(),
+        "the oracle failed over {} ({}): {}",
+        root.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
+}
+
+/// Runs `script` (a path, such as a script of `tests/oracle`) with the
+/// oracle's node; panics when node does not exit 0 within 300 s.
+pub fn node<I, S>(script: &Path, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let dir = oracle_dir();
+    let out = Command::new("timeout")
+        .args(["-k", "5", "300"])
+        .arg(dir.join("node_modules/.bin/node"))
+        .arg("--max-old-space-size=2048")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "node {} failed ({}): {}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A script of `tests/oracle` (`load.mjs`, `read_lines.mjs`, ...), run with
+/// the oracle directory as its first argument.
+pub fn script<I, S>(name: &str, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/oracle")
+        .join(name);
+    let mut all: Vec<std::ffi::OsString> = vec![oracle_dir().into_os_string()];
+    all.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+    node(&path, all)
 }
