@@ -562,7 +562,6 @@ impl SessionFs {
         }
         Ok(())
     }
-
 }
 
 /// Appending writes for a shared file handle.
