@@ -376,6 +376,67 @@ impl Filesystem for Adapter {
         }
     }
 
+    /// The kernel dropped `nlookup` lookups of `ino`. fuser's default
+    /// `batch_forget` calls this for each of its entries (its entry type is
+    /// private in fuser 0.18, so it is not overridden).
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.core.forget(ino.0, nlookup);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let r = call("symlink", &format!("{link_name:?}"), || {
+            self.core
+                .symlink(parent.0, link_name, target, owner_of(req))
+        });
+        match r {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = call("link", &format!("{newname:?}"), || {
+            self.core.link(ino.0, newparent.0, newname)
+        });
+        match r {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = call("mknod", &format!("{name:?}"), || {
+            self.core.mknod(parent.0, name, mode, umask, owner_of(req))
+        });
+        match r {
+            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = call("unlink", &format!("{name:?}"), || {
             self.core.unlink(parent.0, name)

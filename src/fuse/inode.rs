@@ -1,10 +1,12 @@
-//! Inode numbers: one per mount path, stable for the life of the mount
-//! (MOUNT.md, Attributes). Numbers are never reused, so a kernel that still
-//! holds an old number never reaches another entry.
+//! Inodes: the entries the kernel holds, with lookup counts (MOUNT.md,
+//! Attributes). Passed-through entries are numbered by their backing
+//! file's inode, so an inode follows its file through renames and hard
+//! links share it; every other node by a hash of its mount path, stable
+//! for the life of the mount.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use parking_lot::RwLock;
 
@@ -42,13 +44,53 @@ pub enum Node {
     Passthrough { rel: PathBuf },
 }
 
-struct Tables {
-    by_path: HashMap<PathBuf, u64>,
-    by_ino: HashMap<u64, (PathBuf, Node)>,
-    next: u64,
+/// One inode the kernel may hold.
+struct Entry {
+    /// The mount path it answers at (the latest one looked up, for a file
+    /// with several hard links).
+    path: PathBuf,
+    node: Node,
+    /// Lookups the kernel has not forgotten (MOUNT.md, Attributes).
+    lookups: u64,
 }
 
-/// The mount's inode table: mount path ↔ inode number ↔ node.
+struct Tables {
+    by_path: HashMap<PathBuf, u64>,
+    by_ino: HashMap<u64, Entry>,
+}
+
+/// Bit set in inode numbers derived from a mount path (entries without a
+/// backing identity of their own, or whose backing file is replaced over
+/// time: projects, sessions, transcript views, `.by-id`); clear in numbers
+/// derived from a passed-through entry's backing inode.
+const PATH_DERIVED: u64 = 1 << 63;
+
+/// The inode number of a mount path without a backing identity: a hash of
+/// the path with [`PATH_DERIVED`] set (never [`ROOT_INO`]).
+pub fn path_ino(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    h.finish() | PATH_DERIVED
+}
+
+/// The inode number of a passed-through entry whose backing file has
+/// inode number `backing_ino`: that number itself, so that a rename keeps
+/// it and hard links share it (path-derived when it does not fit).
+pub fn backing_ino(path: &Path, backing_ino: u64) -> u64 {
+    if backing_ino & PATH_DERIVED == 0 && backing_ino > ROOT_INO {
+        backing_ino
+    } else {
+        path_ino(path)
+    }
+}
+
+/// The mount's inode table: the inodes the kernel holds, each with its
+/// mount path, node and lookup count. Numbers are derived, not allocated
+/// ([`path_ino`], [`backing_ino`]), so a listing can name an entry's
+/// number without holding it; an entry lives from its first lookup until
+/// the kernel forgets it (`forget`, `batch_forget`). Renames move an entry
+/// (and everything under it) to its new path; unlinks detach the path.
 pub struct InodeTable {
     inner: RwLock<Tables>,
 }
@@ -58,37 +100,185 @@ impl Default for InodeTable {
         let mut by_path = HashMap::new();
         let mut by_ino = HashMap::new();
         by_path.insert(PathBuf::new(), ROOT_INO);
-        by_ino.insert(ROOT_INO, (PathBuf::new(), Node::Root));
+        by_ino.insert(
+            ROOT_INO,
+            Entry {
+                path: PathBuf::new(),
+                node: Node::Root,
+                lookups: 1,
+            },
+        );
         InodeTable {
-            inner: RwLock::new(Tables {
-                by_path,
-                by_ino,
-                next: ROOT_INO + 1,
-            }),
+            inner: RwLock::new(Tables { by_path, by_ino }),
         }
     }
 }
 
 impl InodeTable {
-    /// The inode number of the node at `path` (its mount path), allocated
-    /// on first use.
-    pub fn ino_for(&self, path: PathBuf, node: Node) -> u64 {
-        if let Some(&ino) = self.inner.read().by_path.get(&path) {
-            return ino;
-        }
+    /// Records one lookup of the node at mount path `path` with inode
+    /// number `ino` (from [`path_ino`] or [`backing_ino`]) and returns the
+    /// number. A number already held for another path (a hard link, or a
+    /// rename made outside the mount) now answers at `path`.
+    pub fn looked_up(&self, path: PathBuf, node: Node, ino: u64) -> u64 {
         let mut t = self.inner.write();
-        if let Some(&ino) = t.by_path.get(&path) {
-            return ino;
+        if let Some(&old) = t.by_path.get(&path) {
+            if old != ino {
+                // The path now names another file (replaced outside the
+                // mount): the old inode keeps its number, not this path.
+                t.by_path.remove(&path);
+            }
         }
-        let ino = t.next;
-        t.next += 1;
         t.by_path.insert(path.clone(), ino);
-        t.by_ino.insert(ino, (path, node));
+        let e = t.by_ino.entry(ino).or_insert(Entry {
+            path: path.clone(),
+            node: node.clone(),
+            lookups: 0,
+        });
+        e.path = path;
+        e.node = node;
+        e.lookups = e.lookups.saturating_add(1);
         ino
     }
 
-    /// The mount path and node of an inode number, if the mount gave it out.
+    /// The inode number a listing shows for `path`: the held one, else
+    /// `derived`. Nothing is recorded.
+    pub fn listed(&self, path: &Path, derived: u64) -> u64 {
+        self.inner
+            .read()
+            .by_path
+            .get(path)
+            .copied()
+            .unwrap_or(derived)
+    }
+
+    /// The mount path and node of an inode number the kernel holds.
     pub fn node(&self, ino: u64) -> Option<(PathBuf, Node)> {
-        self.inner.read().by_ino.get(&ino).cloned()
+        self.inner
+            .read()
+            .by_ino
+            .get(&ino)
+            .map(|e| (e.path.clone(), e.node.clone()))
+    }
+
+    /// The kernel forgot `n` lookups of `ino`: the entry goes when none is
+    /// left (the root stays).
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut t = self.inner.write();
+        let Some(e) = t.by_ino.get_mut(&ino) else {
+            return;
+        };
+        e.lookups = e.lookups.saturating_sub(n);
+        if e.lookups == 0 {
+            let path = e.path.clone();
+            t.by_ino.remove(&ino);
+            if t.by_path.get(&path) == Some(&ino) {
+                t.by_path.remove(&path);
+            }
+        }
+    }
+
+    /// The entry at `path` (and, for a directory, every entry under it)
+    /// moved to `to`, as `rename(2)` moved it; an entry that was at `to`
+    /// is replaced and answers no path any more.
+    pub fn rename(&self, from: &Path, to: &Path) {
+        let mut t = self.inner.write();
+        let moved: Vec<(PathBuf, u64)> = t
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, &i)| (p.clone(), i))
+            .collect();
+        let replaced: Vec<PathBuf> = t
+            .by_path
+            .keys()
+            .filter(|p| p.starts_with(to))
+            .cloned()
+            .collect();
+        for p in replaced {
+            t.by_path.remove(&p);
+        }
+        for (old, ino) in moved {
+            t.by_path.remove(&old);
+            let Ok(rest) = old.strip_prefix(from) else {
+                continue;
+            };
+            let new = if rest.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(rest)
+            };
+            if let Some(e) = t.by_ino.get_mut(&ino) {
+                e.path = new.clone();
+                if let Node::Passthrough { rel } = &mut e.node {
+                    *rel = new.clone();
+                }
+            }
+            t.by_path.insert(new, ino);
+        }
+    }
+
+    /// `path` was removed (`unlink`, `rmdir`): it answers no inode any
+    /// more; the inode stays until forgotten (an open descriptor may still
+    /// use it).
+    pub fn unlinked(&self, path: &Path) {
+        let mut t = self.inner.write();
+        t.by_path.remove(path);
+    }
+
+    /// How many inodes the table holds (the root included).
+    pub fn count(&self) -> usize {
+        self.inner.read().by_ino.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass(p: &str) -> Node {
+        Node::Passthrough { rel: p.into() }
+    }
+
+    #[test]
+    fn entries_live_from_lookup_to_forget() {
+        let t = InodeTable::default();
+        let a = t.looked_up("p/s/a".into(), pass("p/s/a"), 100);
+        t.looked_up("p/s/a".into(), pass("p/s/a"), 100);
+        assert_eq!(t.count(), 2);
+        t.forget(a, 1);
+        assert!(t.node(a).is_some());
+        t.forget(a, 1);
+        assert!(t.node(a).is_none());
+        assert_eq!(t.count(), 1);
+        assert_eq!(t.listed(Path::new("p/s/a"), 7), 7);
+    }
+
+    #[test]
+    fn a_rename_moves_the_inode_and_what_is_under_it() {
+        let t = InodeTable::default();
+        let d = t.looked_up("p/s/d".into(), pass("p/s/d"), 200);
+        let f = t.looked_up("p/s/d/f".into(), pass("p/s/d/f"), 201);
+        let old_e = t.looked_up("p/s/e".into(), pass("p/s/e"), 300);
+        t.rename(Path::new("p/s/d"), Path::new("p/s/e"));
+        assert_eq!(t.node(d).unwrap().0, Path::new("p/s/e"));
+        assert_eq!(t.node(f).unwrap().1, pass("p/s/e/f"));
+        assert_eq!(t.listed(Path::new("p/s/e"), 0), d);
+        assert_eq!(t.listed(Path::new("p/s/d"), 0), 0);
+        // The replaced entry stays until forgotten, at no path.
+        assert!(t.node(old_e).is_some());
+        t.unlinked(Path::new("p/s/e/f"));
+        assert_eq!(t.listed(Path::new("p/s/e/f"), 0), 0);
+    }
+
+    #[test]
+    fn derived_numbers_never_collide_with_the_root_or_backing_numbers() {
+        let p = path_ino(Path::new("x"));
+        assert_ne!(p, ROOT_INO);
+        assert_ne!(p & PATH_DERIVED, 0);
+        assert_eq!(backing_ino(Path::new("x"), 12345), 12345);
+        assert_eq!(backing_ino(Path::new("x"), 1), p);
     }
 }

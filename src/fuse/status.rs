@@ -102,6 +102,11 @@ pub struct Status {
     pub cache: CacheUse,
     /// Request counters.
     pub requests: RequestCounts,
+    /// Inodes the mount holds for the kernel (the root included): they
+    /// are released when the kernel forgets them.
+    pub inodes: usize,
+    /// Rough bytes of the root's catalog (project and session names).
+    pub catalog_bytes: usize,
 }
 
 impl Status {
@@ -128,6 +133,8 @@ impl Status {
                 "errors": self.requests.errors,
                 "by_op": self.requests.by_op,
             },
+            "inodes": self.inodes,
+            "catalog_bytes": self.catalog_bytes,
         })
     }
 }
@@ -193,6 +200,8 @@ impl StatusFile {
                 errors: REQUESTS.errors.load(Ordering::Relaxed),
                 by_op,
             },
+            inodes: self.core.inode_count(),
+            catalog_bytes: self.core.store().discovery().approx_bytes(),
         }
     }
 
