@@ -51,6 +51,10 @@ fn file_type(kind: Kind) -> FileType {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
     }
 }
 

@@ -85,6 +85,14 @@ pub enum Kind {
     Dir,
     File,
     Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A character device node.
+    CharDevice,
+    /// A block device node.
+    BlockDevice,
+    /// A Unix socket.
+    Socket,
 }
 
 /// Attributes of a node, as `stat` shows them.
@@ -167,11 +175,20 @@ fn time(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 fn kind_of_meta(meta: &Metadata) -> Kind {
+    use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     if t.is_dir() {
         Kind::Dir
     } else if t.is_symlink() {
         Kind::Symlink
+    } else if t.is_fifo() {
+        Kind::Fifo
+    } else if t.is_char_device() {
+        Kind::CharDevice
+    } else if t.is_block_device() {
+        Kind::BlockDevice
+    } else if t.is_socket() {
+        Kind::Socket
     } else {
         Kind::File
     }
