@@ -459,7 +459,14 @@ impl SessionFs {
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)
             }
-            Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
+            Node::Passthrough { rel } => match lstat(&self.store.backing_path(rel)) {
+                Ok(meta) => Ok(attr_of(ino, &meta)),
+                // Unlinked while held: the descriptor kept at the unlink.
+                Err(e) => match self.inodes.detached(ino).map(|f| f.metadata()) {
+                    Some(Ok(meta)) => Ok(attr_of(ino, &meta)),
+                    _ => Err(e),
+                },
+            },
         }
     }
 

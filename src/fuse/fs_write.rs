@@ -372,8 +372,17 @@ impl SessionFs {
             ))),
             Node::Session { .. } | Node::Passthrough { .. } => {
                 let path = self.store.backing_path(&child_path);
+                // A file the kernel holds keeps an O_PATH descriptor, so
+                // that fstat of a descriptor open on it still answers.
+                let keep = self.inodes.at(&child_path).and_then(|_| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+                        .open(&path)
+                        .ok()
+                });
                 std::fs::remove_file(&path).map_err(|e| io_errno(&path, "unlink", e))?;
-                self.inodes.unlinked(&child_path);
+                self.inodes.unlinked(&child_path, keep);
                 Ok(())
             }
             _ => Err(eperm(format!("unlink of {} refused: not a session-owned file", child_path.display()))),
@@ -404,7 +413,7 @@ impl SessionFs {
         }
         let path = self.store.backing_path(&child_path);
         std::fs::remove_dir(&path).map_err(|e| io_errno(&path, "rmdir", e))?;
-        self.inodes.unlinked(&child_path);
+        self.inodes.unlinked(&child_path, None);
         Ok(())
     }
 

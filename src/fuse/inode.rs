@@ -52,6 +52,10 @@ struct Entry {
     node: Node,
     /// Lookups the kernel has not forgotten (MOUNT.md, Attributes).
     lookups: u64,
+    /// An `O_PATH` descriptor of the file once its last name is gone
+    /// (unlinked while the kernel still held it), so that `fstat` of an
+    /// open descriptor keeps working; closed when the inode is forgotten.
+    detached: Option<std::sync::Arc<std::fs::File>>,
 }
 
 struct Tables {
@@ -106,6 +110,7 @@ impl Default for InodeTable {
                 path: PathBuf::new(),
                 node: Node::Root,
                 lookups: 1,
+                detached: None,
             },
         );
         InodeTable {
@@ -133,9 +138,11 @@ impl InodeTable {
             path: path.clone(),
             node: node.clone(),
             lookups: 0,
+            detached: None,
         });
         e.path = path;
         e.node = node;
+        e.detached = None;
         e.lookups = e.lookups.saturating_add(1);
         ino
     }
@@ -220,12 +227,47 @@ impl InodeTable {
         }
     }
 
+    /// The inode held at mount path `path`, if any.
+    pub fn at(&self, path: &Path) -> Option<u64> {
+        self.inner.read().by_path.get(path).copied()
+    }
+
     /// `path` was removed (`unlink`, `rmdir`): it answers no inode any
-    /// more; the inode stays until forgotten (an open descriptor may still
-    /// use it).
-    pub fn unlinked(&self, path: &Path) {
+    /// more. An inode with another name (a hard link) answers there; one
+    /// with none keeps `detached` (an `O_PATH` descriptor opened before the
+    /// removal) until it is forgotten.
+    pub fn unlinked(&self, path: &Path, detached: Option<std::fs::File>) {
         let mut t = self.inner.write();
-        t.by_path.remove(path);
+        let Some(ino) = t.by_path.remove(path) else {
+            return;
+        };
+        let other = t
+            .by_path
+            .iter()
+            .find(|(_, &i)| i == ino)
+            .map(|(p, _)| p.clone());
+        if let Some(e) = t.by_ino.get_mut(&ino) {
+            if e.path == path {
+                match other {
+                    Some(p) => {
+                        if let Node::Passthrough { rel } = &mut e.node {
+                            *rel = p.clone();
+                        }
+                        e.path = p;
+                    }
+                    None => e.detached = detached.map(std::sync::Arc::new),
+                }
+            }
+        }
+    }
+
+    /// The descriptor kept for an inode whose last name is gone.
+    pub fn detached(&self, ino: u64) -> Option<std::sync::Arc<std::fs::File>> {
+        self.inner
+            .read()
+            .by_ino
+            .get(&ino)
+            .and_then(|e| e.detached.clone())
     }
 
     /// How many inodes the table holds (the root included).
@@ -269,7 +311,7 @@ mod tests {
         assert_eq!(t.listed(Path::new("p/s/d"), 0), 0);
         // The replaced entry stays until forgotten, at no path.
         assert!(t.node(old_e).is_some());
-        t.unlinked(Path::new("p/s/e/f"));
+        t.unlinked(Path::new("p/s/e/f"), None);
         assert_eq!(t.listed(Path::new("p/s/e/f"), 0), 0);
     }
 
