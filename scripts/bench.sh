@@ -12,8 +12,13 @@
 # scripts/install-net-test-deps.sh and the installed oracle; about 1.5 GB of
 # disk under $BENCH_DIR (default: a temporary directory, removed afterwards).
 #
+# Then issue 11's scale figures (scripts/bench_scale.py) over generated roots
+# of 1 project x 10,000 sessions, 500 projects x 40 sessions, and 12 projects
+# with and without 3,000 empty project directories.
+#
 # Usage: scripts/bench.sh [PLAINTEXT_MB] [FRAMES] [SESSIONS]
 #        BENCH_ONLY=append scripts/bench.sh    # P7 only
+#        BENCH_ONLY=scale scripts/bench.sh     # issue 11 only
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,7 +27,7 @@ cargo build --release --bin sessionfs --example gen_store
 
 work=${BENCH_DIR:-$(mktemp -d)}
 cleanup() {
-  for m in "$work"/mnt* "$work"/append/mnt*; do
+  for m in "$work"/mnt* "$work"/smnt* "$work"/append/mnt*; do
     grep -qs " $m " /proc/self/mounts && timeout 10 umount -l "$m" || true
   done
   if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$work"; fi
@@ -32,7 +37,18 @@ trap cleanup EXIT
 mb=${1:-1024}
 frames=${2:-20000}
 sessions=${3:-10000}
-if [ "${BENCH_ONLY:-}" != append ]; then
+if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = scale ]; then
+  [ -d "$work/one" ] || target/release/examples/gen_store many "$work/one" 10000 1
+  [ -d "$work/wide" ] || target/release/examples/gen_store many "$work/wide" 20000 500
+  [ -d "$work/small" ] || target/release/examples/gen_store many "$work/small" 120 12
+  if [ ! -d "$work/small3000" ]; then
+    cp -a "$work/small" "$work/small3000"
+    target/release/examples/gen_store projects "$work/small3000" 3000
+  fi
+  python3 scripts/bench_scale.py target/release/sessionfs "$work"
+  [ "${BENCH_ONLY:-}" = scale ] && exit 0
+fi
+if [ -z "${BENCH_ONLY:-}" ]; then
   [ -d "$work/big" ] || target/release/examples/gen_store big "$work/big" "$mb" "$frames"
   [ -d "$work/many" ] || target/release/examples/gen_store many "$work/many" "$sessions"
   python3 scripts/bench.py target/release/sessionfs "$work"

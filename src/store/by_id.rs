@@ -9,7 +9,7 @@
 //! one candidate, at the first project directory in byte order, so that
 //! opening it reports the duplicate id with its paths.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::Path;
@@ -21,7 +21,10 @@ use super::error::{Result, StoreError};
 use super::naming::decode_id;
 use super::transcript::Transcript;
 use super::{is_foreign_transcript_name, is_publication_temp, Store};
-use crate::identity::{ids_match, resolve_id, IdLookupError};
+use crate::identity::{id_body, ids_match, resolve_id, IdLookupError};
+
+/// Session directories by the body of their ids: `(id, directory)` pairs.
+pub(crate) type IdIndex = HashMap<String, Vec<(String, SessionDir)>>;
 
 /// Whether a session directory holds something that claims to be a
 /// transcript: either encoding's file, or a transcript under a foreign
@@ -103,7 +106,39 @@ impl Store {
         &self,
         wanted: &str,
     ) -> std::result::Result<(OsString, OsString), FindError> {
-        let mut candidates: Vec<(String, SessionDir)> = Vec::new();
+        let generation = self.discovery().generation()?;
+        let mut candidates: Vec<(String, SessionDir)> = {
+            let mut cached = self.id_index.lock();
+            if cached.as_ref().map(|(g, _)| *g) != Some(generation) {
+                *cached = Some((generation, self.build_id_index()?));
+            }
+            let index = &cached.as_ref().expect("just built").1;
+            index
+                .get(id_body(wanted))
+                .map(|list| {
+                    list.iter()
+                        .filter(|(id, _)| id == wanted || ids_match(id, wanted))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        // One candidate per directory (an undecodable name may match by
+        // its name and by its header id).
+        candidates.dedup_by(|a, b| a.1 == b.1);
+        // Only directories holding a transcript are sessions: looked at
+        // for the few candidates only.
+        candidates
+            .retain(|(_, d)| holds_transcript(&self.root().join(&d.project).join(&d.session)));
+        let found = resolve_id(wanted, candidates)?;
+        Ok((found.project, found.session))
+    }
+
+    /// The catalog's session directories by the body of their ids
+    /// (IDENTITY.md §2: an exact id has the same body), built once per
+    /// catalog generation.
+    fn build_id_index(&self) -> Result<IdIndex> {
+        let mut index: IdIndex = HashMap::new();
         for d in self.unique_session_dirs()? {
             let (id, decoded) = dir_id(&d.session);
             let mut ids = vec![id];
@@ -113,19 +148,14 @@ impl Store {
                     ids.push(header_id);
                 }
             }
-            if let Some(id) = ids
-                .into_iter()
-                .find(|id| id == wanted || ids_match(id, wanted))
-            {
-                candidates.push((id, d));
+            for id in ids {
+                index
+                    .entry(id_body(&id).to_string())
+                    .or_default()
+                    .push((id, d.clone()));
             }
         }
-        // Only directories holding a transcript are sessions: looked at
-        // for the few candidates only.
-        candidates
-            .retain(|(_, d)| holds_transcript(&self.root().join(&d.project).join(&d.session)));
-        let found = resolve_id(wanted, candidates)?;
-        Ok((found.project, found.session))
+        Ok(index)
     }
 
     /// The header id of the transcript in `dir`, read without the

@@ -123,6 +123,9 @@ pub struct Store {
     /// at a catalog generation: no other project directory held a
     /// directory of that name then.
     no_duplicate: Mutex<LruCache<PathBuf, u64>>,
+    /// Session directories by id body, at a catalog generation
+    /// ([`Store::resolve_session_dir`]).
+    id_index: Mutex<Option<(u64, by_id::IdIndex)>>,
 }
 
 /// Whether `name` is a flat artifact's name (FORMAT.md, Layout).
@@ -229,6 +232,7 @@ impl Store {
             no_duplicate: Mutex::new(LruCache::new(
                 NonZeroUsize::new(OPEN_TRANSCRIPTS).unwrap_or(NonZeroUsize::MIN),
             )),
+            id_index: Mutex::new(None),
         })
     }
 
