@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 
@@ -44,12 +45,72 @@ pub enum Node {
     Passthrough { rel: PathBuf },
 }
 
+/// A node as the table stores it: nodes whose names are their mount path's
+/// components keep only their kind (the names are rebuilt from the path),
+/// so an entry holds one allocation, its path.
+#[derive(Debug, Clone)]
+enum Stored {
+    Root,
+    ById,
+    ByIdLink {
+        project: OsString,
+        session: OsString,
+    },
+    Project,
+    Session,
+    Transcript,
+    Passthrough,
+}
+
+impl Stored {
+    fn of(node: &Node) -> Stored {
+        match node {
+            Node::Root => Stored::Root,
+            Node::ById => Stored::ById,
+            Node::ByIdLink { project, session } => Stored::ByIdLink {
+                project: project.clone(),
+                session: session.clone(),
+            },
+            Node::Project { .. } => Stored::Project,
+            Node::Session { .. } => Stored::Session,
+            Node::Transcript { .. } => Stored::Transcript,
+            Node::Passthrough { .. } => Stored::Passthrough,
+        }
+    }
+
+    /// The node at mount path `path` (`project/session/...`).
+    fn node(&self, path: &Path) -> Node {
+        let mut parts = path.iter();
+        let mut next = || parts.next().unwrap_or_default().to_os_string();
+        match self {
+            Stored::Root => Node::Root,
+            Stored::ById => Node::ById,
+            Stored::ByIdLink { project, session } => Node::ByIdLink {
+                project: project.clone(),
+                session: session.clone(),
+            },
+            Stored::Project => Node::Project { project: next() },
+            Stored::Session => Node::Session {
+                project: next(),
+                session: next(),
+            },
+            Stored::Transcript => Node::Transcript {
+                project: next(),
+                session: next(),
+            },
+            Stored::Passthrough => Node::Passthrough {
+                rel: path.to_path_buf(),
+            },
+        }
+    }
+}
+
 /// One inode the kernel may hold.
 struct Entry {
     /// The mount path it answers at (the latest one looked up, for a file
-    /// with several hard links).
-    path: PathBuf,
-    node: Node,
+    /// with several hard links); shared with the path index.
+    path: Arc<Path>,
+    node: Stored,
     /// Lookups the kernel has not forgotten (MOUNT.md, Attributes).
     lookups: u64,
     /// An `O_PATH` descriptor of the file once its last name is gone
@@ -59,7 +120,7 @@ struct Entry {
 }
 
 struct Tables {
-    by_path: HashMap<PathBuf, u64>,
+    by_path: HashMap<Arc<Path>, u64>,
     by_ino: HashMap<u64, Entry>,
 }
 
@@ -103,12 +164,13 @@ impl Default for InodeTable {
     fn default() -> Self {
         let mut by_path = HashMap::new();
         let mut by_ino = HashMap::new();
-        by_path.insert(PathBuf::new(), ROOT_INO);
+        let root: Arc<Path> = Arc::from(Path::new(""));
+        by_path.insert(Arc::clone(&root), ROOT_INO);
         by_ino.insert(
             ROOT_INO,
             Entry {
-                path: PathBuf::new(),
-                node: Node::Root,
+                path: root,
+                node: Stored::Root,
                 lookups: 1,
                 detached: None,
             },
@@ -126,22 +188,22 @@ impl InodeTable {
     /// rename made outside the mount) now answers at `path`.
     pub fn looked_up(&self, path: PathBuf, node: Node, ino: u64) -> u64 {
         let mut t = self.inner.write();
-        if let Some(&old) = t.by_path.get(&path) {
-            if old != ino {
-                // The path now names another file (replaced outside the
-                // mount): the old inode keeps its number, not this path.
-                t.by_path.remove(&path);
-            }
-        }
-        t.by_path.insert(path.clone(), ino);
+        // One allocation of the path, shared by the index and the entry.
+        let path: Arc<Path> = match t.by_path.get_key_value(path.as_path()) {
+            Some((key, _)) => Arc::clone(key),
+            None => Arc::from(path),
+        };
+        // A path that named another file (replaced outside the mount) now
+        // names this one; the old inode keeps its number.
+        t.by_path.insert(Arc::clone(&path), ino);
         let e = t.by_ino.entry(ino).or_insert(Entry {
-            path: path.clone(),
-            node: node.clone(),
+            path: Arc::clone(&path),
+            node: Stored::of(&node),
             lookups: 0,
             detached: None,
         });
         e.path = path;
-        e.node = node;
+        e.node = Stored::of(&node);
         e.detached = None;
         e.lookups = e.lookups.saturating_add(1);
         ino
@@ -164,7 +226,7 @@ impl InodeTable {
             .read()
             .by_ino
             .get(&ino)
-            .map(|e| (e.path.clone(), e.node.clone()))
+            .map(|e| (e.path.to_path_buf(), e.node.node(&e.path)))
     }
 
     /// The kernel forgot `n` lookups of `ino`: the entry goes when none is
@@ -179,7 +241,7 @@ impl InodeTable {
         };
         e.lookups = e.lookups.saturating_sub(n);
         if e.lookups == 0 {
-            let path = e.path.clone();
+            let path = Arc::clone(&e.path);
             t.by_ino.remove(&ino);
             if t.by_path.get(&path) == Some(&ino) {
                 t.by_path.remove(&path);
@@ -192,13 +254,13 @@ impl InodeTable {
     /// is replaced and answers no path any more.
     pub fn rename(&self, from: &Path, to: &Path) {
         let mut t = self.inner.write();
-        let moved: Vec<(PathBuf, u64)> = t
+        let moved: Vec<(Arc<Path>, u64)> = t
             .by_path
             .iter()
             .filter(|(p, _)| p.starts_with(from))
-            .map(|(p, &i)| (p.clone(), i))
+            .map(|(p, &i)| (Arc::clone(p), i))
             .collect();
-        let replaced: Vec<PathBuf> = t
+        let replaced: Vec<Arc<Path>> = t
             .by_path
             .keys()
             .filter(|p| p.starts_with(to))
@@ -212,16 +274,13 @@ impl InodeTable {
             let Ok(rest) = old.strip_prefix(from) else {
                 continue;
             };
-            let new = if rest.as_os_str().is_empty() {
-                to.to_path_buf()
+            let new: Arc<Path> = if rest.as_os_str().is_empty() {
+                Arc::from(to)
             } else {
-                to.join(rest)
+                Arc::from(to.join(rest))
             };
             if let Some(e) = t.by_ino.get_mut(&ino) {
-                e.path = new.clone();
-                if let Node::Passthrough { rel } = &mut e.node {
-                    *rel = new.clone();
-                }
+                e.path = Arc::clone(&new);
             }
             t.by_path.insert(new, ino);
         }
@@ -245,14 +304,11 @@ impl InodeTable {
             .by_path
             .iter()
             .find(|(_, &i)| i == ino)
-            .map(|(p, _)| p.clone());
+            .map(|(p, _)| Arc::clone(p));
         if let Some(e) = t.by_ino.get_mut(&ino) {
-            if e.path == path {
+            if *e.path == *path {
                 match other {
                     Some(p) => {
-                        if let Node::Passthrough { rel } = &mut e.node {
-                            *rel = p.clone();
-                        }
                         e.path = p;
                     }
                     None => e.detached = detached.map(std::sync::Arc::new),

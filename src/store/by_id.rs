@@ -29,9 +29,15 @@ pub(crate) type IdIndex = HashMap<String, Vec<(String, SessionDir)>>;
 /// Whether a session directory holds something that claims to be a
 /// transcript: either encoding's file, or a transcript under a foreign
 /// name (an unsupported version, reported rather than skipped). A directory
-/// with none of these is not a session (FORMAT.md, Layout). One directory
-/// listing (counted).
+/// with none of these is not a session (FORMAT.md, Layout). One `lstat`
+/// for a zstd transcript, two for a raw one; a directory listing (all
+/// counted) only when neither exists.
 pub(crate) fn holds_transcript(dir: &Path) -> bool {
+    if discovery::exists(&dir.join("session.jsonl.zstd"))
+        || discovery::exists(&dir.join("session.jsonl"))
+    {
+        return true;
+    }
     discovery::count(1);
     let Ok(entries) = fs::read_dir(dir) else {
         // Unreadable: let validation say why.
