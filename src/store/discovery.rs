@@ -121,6 +121,23 @@ impl Stamp {
     }
 }
 
+/// The project directories holding one session directory name: almost
+/// always one, so kept without an allocation then.
+#[derive(Debug)]
+enum Holders {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl Holders {
+    fn push(&mut self, i: u32) {
+        match self {
+            Holders::One(first) => *self = Holders::Many(vec![*first, i]),
+            Holders::Many(v) => v.push(i),
+        }
+    }
+}
+
 /// One project directory of the catalog.
 #[derive(Debug, Default)]
 struct Project {
@@ -140,8 +157,11 @@ struct Catalog {
     root: Option<Stamp>,
     root_racy: bool,
     projects: BTreeMap<OsString, Project>,
-    /// Session directory name → the project directories holding one.
-    by_session: HashMap<OsString, BTreeSet<OsString>>,
+    /// Session directory name → the project directories holding one, as
+    /// indexes into `project_names`.
+    by_session: HashMap<OsString, Holders>,
+    /// The project names in order, for [`Holders`].
+    project_names: Vec<OsString>,
     generation: u64,
 }
 
@@ -288,16 +308,26 @@ impl Discovery {
             project.racy = stamp.is_some_and(|s| s.is_racy(now, self.racy_window));
         }
         if changed || c.generation == 0 {
-            let mut by_session: HashMap<OsString, BTreeSet<OsString>> = HashMap::new();
-            for (name, project) in &c.projects {
+            // Rebuilt whole; the old index is dropped first, so that the
+            // two are never held at once.
+            c.by_session = HashMap::new();
+            let mut by_session: HashMap<OsString, Holders> = HashMap::new();
+            let mut names = Vec::with_capacity(c.projects.len());
+            for (i, (name, project)) in c.projects.iter().enumerate() {
+                names.push(name.clone());
+                let i = u32::try_from(i).unwrap_or(u32::MAX);
                 for session in &project.sessions {
-                    by_session
-                        .entry(session.clone())
-                        .or_default()
-                        .insert(name.clone());
+                    match by_session.get_mut(session.as_os_str()) {
+                        Some(h) => h.push(i),
+                        None => {
+                            by_session.insert(session.clone(), Holders::One(i));
+                        }
+                    }
                 }
             }
+            by_session.shrink_to_fit();
             c.by_session = by_session;
+            c.project_names = names;
             c.generation += 1;
         }
         c.checked = Some(Instant::now());
@@ -332,10 +362,16 @@ impl Discovery {
     /// Errors: as [`Discovery::projects`].
     pub fn projects_holding(&self, session: &OsStr) -> Result<Vec<OsString>> {
         self.with(|c| {
-            c.by_session
-                .get(session)
-                .map(|s| s.iter().cloned().collect())
-                .unwrap_or_default()
+            let mut out: Vec<OsString> = match c.by_session.get(session) {
+                Some(Holders::One(i)) => vec![c.project_names[*i as usize].clone()],
+                Some(Holders::Many(v)) => v
+                    .iter()
+                    .map(|i| c.project_names[*i as usize].clone())
+                    .collect(),
+                None => Vec::new(),
+            };
+            out.sort();
+            out
         })
     }
 
@@ -382,6 +418,22 @@ impl Discovery {
         })
     }
 
+    /// Calls `f` with each `(project, session)` directory pair, sorted,
+    /// until it returns `false`; nothing is copied.
+    ///
+    /// Errors: as [`Discovery::projects`].
+    pub fn for_each_session_dir(&self, mut f: impl FnMut(&OsStr, &OsStr) -> bool) -> Result<()> {
+        self.with(|c| {
+            for (project, p) in &c.projects {
+                for session in &p.sessions {
+                    if !f(project, session) {
+                        return;
+                    }
+                }
+            }
+        })
+    }
+
     /// Rough bytes the catalog holds (names and map entries), for the
     /// memory budget.
     pub fn approx_bytes(&self) -> usize {
@@ -394,7 +446,7 @@ impl Discovery {
                     + p.flat.iter().map(|s| 24 + s.len()).sum::<usize>()
             })
             .sum::<usize>()
-            + c.by_session.keys().map(|k| 96 + 2 * k.len()).sum::<usize>()
+            + c.by_session.keys().map(|k| 64 + k.len()).sum::<usize>()
     }
 }
 

@@ -497,26 +497,25 @@ impl Store {
 /// used).
 fn detect_encoding(root: &Path, discovery: &Discovery) -> Result<Encoding> {
     let (mut zstd, mut raw) = (None::<PathBuf>, None::<PathBuf>);
-    {
-        for found in discovery.session_dirs()? {
-            let dir = root.join(&found.project).join(&found.session);
-            if zstd.is_none() && exists(&dir.join(Encoding::Zstd.file_name())) {
-                zstd = Some(dir.clone());
-            }
-            if raw.is_none() && exists(&dir.join(Encoding::Raw.file_name())) {
-                raw = Some(dir.clone());
-            }
-            if let (Some(z), Some(r)) = (&zstd, &raw) {
-                log::warn!(
-                    "root {} holds both zstd ({}) and raw ({}) transcripts; serving it as zstd, \
-                     raw transcripts fail with EIO; use --compression to choose",
-                    root.display(),
-                    z.display(),
-                    r.display()
-                );
-                return Ok(Encoding::Zstd);
-            }
+    discovery.for_each_session_dir(|project, session| {
+        let dir = root.join(project).join(session);
+        if zstd.is_none() && exists(&dir.join(Encoding::Zstd.file_name())) {
+            zstd = Some(dir.clone());
         }
+        if raw.is_none() && exists(&dir.join(Encoding::Raw.file_name())) {
+            raw = Some(dir.clone());
+        }
+        zstd.is_none() || raw.is_none()
+    })?;
+    if let (Some(z), Some(r)) = (&zstd, &raw) {
+        log::warn!(
+            "root {} holds both zstd ({}) and raw ({}) transcripts; serving it as zstd, \
+             raw transcripts fail with EIO; use --compression to choose",
+            root.display(),
+            z.display(),
+            r.display()
+        );
+        return Ok(Encoding::Zstd);
     }
     Ok(if raw.is_some() && zstd.is_none() {
         Encoding::Raw
