@@ -45,6 +45,6 @@ grep -qs " $mnt " /proc/self/mounts || { cat "$work/log"; exit 1; }
 dir="$mnt/--home-alice-work-app--/Session-A/pjd"
 mkdir "$dir"
 [ $# -gt 0 ] || set -- rename link symlink
-status=0
-"$pjd_root/bin/pjdfstest" -c "$work/pjd.toml" -p "$dir" "$@" 2>&1 | grep -E "FAILED|Summary" || status=$?
-exit 0
+# The report's failures and summary (pjdfstest exits 1 when anything
+# failed; the README lists the expected ones).
+"$pjd_root/bin/pjdfstest" -c "$work/pjd.toml" -p "$dir" "$@" 2>&1 | grep -E "FAILED|Summary" || true
