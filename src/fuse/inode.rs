@@ -52,10 +52,8 @@ pub enum Node {
 enum Stored {
     Root,
     ById,
-    ByIdLink {
-        project: OsString,
-        session: OsString,
-    },
+    /// Boxed: the other kinds keep the entry small.
+    ByIdLink(Box<(OsString, OsString)>),
     Project,
     Session,
     Transcript,
@@ -67,10 +65,9 @@ impl Stored {
         match node {
             Node::Root => Stored::Root,
             Node::ById => Stored::ById,
-            Node::ByIdLink { project, session } => Stored::ByIdLink {
-                project: project.clone(),
-                session: session.clone(),
-            },
+            Node::ByIdLink { project, session } => {
+                Stored::ByIdLink(Box::new((project.clone(), session.clone())))
+            }
             Node::Project { .. } => Stored::Project,
             Node::Session { .. } => Stored::Session,
             Node::Transcript { .. } => Stored::Transcript,
@@ -85,9 +82,9 @@ impl Stored {
         match self {
             Stored::Root => Node::Root,
             Stored::ById => Node::ById,
-            Stored::ByIdLink { project, session } => Node::ByIdLink {
-                project: project.clone(),
-                session: session.clone(),
+            Stored::ByIdLink(link) => Node::ByIdLink {
+                project: link.0.clone(),
+                session: link.1.clone(),
             },
             Stored::Project => Node::Project { project: next() },
             Stored::Session => Node::Session {
