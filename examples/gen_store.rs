@@ -4,11 +4,15 @@
 //!
 //! ```text
 //! cargo run --release --example gen_store -- big ROOT [PLAINTEXT_MB] [FRAMES]
-//! cargo run --release --example gen_store -- many ROOT [SESSIONS]
+//! cargo run --release --example gen_store -- many ROOT [SESSIONS] [PROJECTS]
+//! cargo run --release --example gen_store -- projects ROOT COUNT
 //! ```
 //! `big` writes one transcript of about PLAINTEXT_MB MiB (default 1024) in
 //! FRAMES frames (default 20,000) under `--bench-big--/big-session/`;
-//! `many` writes SESSIONS small sessions (default 10,000) over 20 projects.
+//! `many` writes SESSIONS small sessions (default 10,000) over PROJECTS
+//! projects (default 20; 500 × 40 is `many ROOT 20000 500`, one project of
+//! 10,000 is `many ROOT 10000 1`); `projects` adds COUNT empty project
+//! directories (`--bench-empty-N--`), for the cost of a root's size.
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -136,10 +140,10 @@ fn big(root: &Path, plaintext_mb: u64, frames: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-fn many(root: &Path, sessions: u64) -> std::io::Result<()> {
+fn many(root: &Path, sessions: u64, projects: u64) -> std::io::Result<()> {
     let mut rng = Rng(0xfeed);
     for n in 0..sessions {
-        let cwd = format!("/bench/project-{:02}", n % 20);
+        let cwd = format!("/bench/project-{:03}", n % projects.max(1));
         let id = format!("session_{n:08}-{:016x}", rng.next());
         let dir = session_dir(root, &cwd, &id)?;
         let mut file = header_line(&id, &cwd, 1_767_600_000_000 + n).into_bytes();
@@ -151,7 +155,21 @@ fn many(root: &Path, sessions: u64) -> std::io::Result<()> {
         file.extend(encode_frame(batch.as_bytes())?);
         fs::write(dir.join("session.jsonl.zstd"), file)?;
     }
-    println!("wrote {sessions} sessions under {}", root.display());
+    println!(
+        "wrote {sessions} sessions in {projects} projects under {}",
+        root.display()
+    );
+    Ok(())
+}
+
+fn empty_projects(root: &Path, count: u64) -> std::io::Result<()> {
+    for n in 0..count {
+        fs::create_dir_all(root.join(format!("--bench-empty-{n}--")))?;
+    }
+    println!(
+        "added {count} empty project directories under {}",
+        root.display()
+    );
     Ok(())
 }
 
@@ -160,9 +178,13 @@ fn main() -> ExitCode {
     let num = |i: usize, default: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default);
     let result = match (args.first().map(String::as_str), args.get(1)) {
         (Some("big"), Some(root)) => big(Path::new(root), num(2, 1024), num(3, 20_000)),
-        (Some("many"), Some(root)) => many(Path::new(root), num(2, 10_000)),
+        (Some("many"), Some(root)) => many(Path::new(root), num(2, 10_000), num(3, 20)),
+        (Some("projects"), Some(root)) => empty_projects(Path::new(root), num(2, 0)),
         _ => {
-            eprintln!("usage: gen_store big ROOT [PLAINTEXT_MB] [FRAMES] | gen_store many ROOT [SESSIONS]");
+            eprintln!(
+                "usage: gen_store big ROOT [PLAINTEXT_MB] [FRAMES] | gen_store many ROOT \
+                 [SESSIONS] [PROJECTS] | gen_store projects ROOT COUNT"
+            );
             return ExitCode::from(2);
         }
     };

@@ -10,15 +10,19 @@
 # same root (the oracle in $SESSIONFS_ORACLE_DIR, as .ci/run installs it).
 #
 # Needs root (mount(2)), /dev/fuse, zstd and python3, the packages of
-# scripts/install-net-test-deps.sh and the installed oracle; about 1.5 GB of
+# scripts/install-test-deps.sh and the installed oracle; about 1.5 GB of
 # disk under $BENCH_DIR (default: a temporary directory, removed afterwards).
 #
 # P9 (issue 14, scripts/bench_views.py): the .by-date and .by-cwd views of
 # a 10,000-session root (examples/gen_views_store.rs) on a second mount.
+# Then issue 11's scale figures (scripts/bench_scale.py) over generated roots
+# of 1 project x 10,000 sessions, 500 projects x 40 sessions, and 12 projects
+# with and without 3,000 empty project directories.
 #
 # Usage: scripts/bench.sh [PLAINTEXT_MB] [FRAMES] [SESSIONS]
 #        BENCH_ONLY=append scripts/bench.sh    # P7 only
 #        BENCH_ONLY=views scripts/bench.sh     # P9 only
+#        BENCH_ONLY=scale scripts/bench.sh     # issue 11 only
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,7 +31,7 @@ cargo build --release --bin sessionfs --example gen_store --example gen_views_st
 
 work=${BENCH_DIR:-$(mktemp -d)}
 cleanup() {
-  for m in "$work"/mnt* "$work"/append/mnt* "$work"/mnt-views*; do
+  for m in "$work"/mnt* "$work"/smnt* "$work"/append/mnt* "$work"/mnt-views*; do
     grep -qs " $m " /proc/self/mounts && timeout 10 umount -l "$m" || true
   done
   if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$work"; fi
@@ -37,12 +41,23 @@ trap cleanup EXIT
 mb=${1:-1024}
 frames=${2:-20000}
 sessions=${3:-10000}
-if [ "${BENCH_ONLY:-}" != append ]; then
+if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = views ]; then
   [ -d "$work/views" ] || target/release/examples/gen_views_store "$work/views" "$sessions"
   python3 scripts/bench_views.py target/release/sessionfs "$work"
+  [ "${BENCH_ONLY:-}" = views ] && exit 0
 fi
-if [ "${BENCH_ONLY:-}" = views ]; then exit 0; fi
-if [ "${BENCH_ONLY:-}" != append ]; then
+if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = scale ]; then
+  [ -d "$work/one" ] || target/release/examples/gen_store many "$work/one" 10000 1
+  [ -d "$work/wide" ] || target/release/examples/gen_store many "$work/wide" 20000 500
+  [ -d "$work/small" ] || target/release/examples/gen_store many "$work/small" 120 12
+  if [ ! -d "$work/small3000" ]; then
+    cp -a "$work/small" "$work/small3000"
+    target/release/examples/gen_store projects "$work/small3000" 3000
+  fi
+  python3 scripts/bench_scale.py target/release/sessionfs "$work"
+  [ "${BENCH_ONLY:-}" = scale ] && exit 0
+fi
+if [ -z "${BENCH_ONLY:-}" ]; then
   [ -d "$work/big" ] || target/release/examples/gen_store big "$work/big" "$mb" "$frames"
   [ -d "$work/many" ] || target/release/examples/gen_store many "$work/many" "$sessions"
   python3 scripts/bench.py target/release/sessionfs "$work"
@@ -53,7 +68,7 @@ if [ ! -x "$oracle/node_modules/.bin/node" ]; then
   echo "bench: the reference oracle is not installed in $oracle (see ../shared/tools/oracle/README.md; .ci/run installs it)" >&2
   exit 1
 fi
-if [ "$(id -u)" -eq 0 ]; then scripts/install-net-test-deps.sh; fi
+if [ "$(id -u)" -eq 0 ]; then scripts/install-test-deps.sh; fi
 rm -rf "$work/append"
 mkdir -p "$work/append"
 python3 scripts/bench_append.py target/release/sessionfs "$work/append" "$oracle"

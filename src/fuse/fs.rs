@@ -388,9 +388,52 @@ impl SessionFs {
             | Node::ByIdLink { .. }
             | Node::ViewLink { .. } => return Err(FsError::NotDir),
         };
-        let attr_node = child.clone();
-        let ino = self.inodes.ino_for(child_path, child);
-        self.attr(ino, &attr_node)
+        let ino = self.ino_of(&child_path, &child)?;
+        self.inodes.looked_up(child_path, child.clone(), ino);
+        let attr = self.attr(ino, &child);
+        if attr.is_err() {
+            // No entry is replied: the kernel holds no lookup of it.
+            self.inodes.forget(ino, 1);
+        }
+        attr
+    }
+
+    /// The inode number of `node` at mount path `path`: a passed-through
+    /// entry's backing inode number (it follows the file), else one
+    /// derived from the path (see `inode.rs`).
+    ///
+    /// Errors: the backing `lstat` error of a passed-through entry.
+    pub(super) fn ino_of(&self, path: &Path, node: &Node) -> FsResult<u64> {
+        match node {
+            Node::Passthrough { rel } => {
+                let meta = lstat(&self.store.backing_path(rel))?;
+                Ok(super::inode::backing_ino(path, meta.ino()))
+            }
+            _ => Ok(super::inode::path_ino(path)),
+        }
+    }
+
+    /// The kernel forgot `n` lookups of `ino` (`forget`, `batch_forget`).
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+        if self.inodes.node(ino).is_none() {
+            // Its listings, one per caller in a per-user view (the cache
+            // holds at most LISTINGS_KEPT, so the scan is short).
+            let mut listings = self.listings.lock();
+            let keys: Vec<(u64, u64)> = listings
+                .iter()
+                .map(|(key, _)| *key)
+                .filter(|key| key.0 == ino)
+                .collect();
+            for key in keys {
+                listings.pop(&key);
+            }
+        }
+    }
+
+    /// How many inodes the table holds (for `.sessionfs-status` and tests).
+    pub fn inode_count(&self) -> usize {
+        self.inodes.count()
     }
 
     /// Whether `path` (relative to the root, at the root or project level)
@@ -475,7 +518,14 @@ impl SessionFs {
                 Ok(a)
             }
             Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
-            Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
+            Node::Passthrough { rel } => match lstat(&self.store.backing_path(rel)) {
+                Ok(meta) => Ok(attr_of(ino, &meta)),
+                // Unlinked while held: the descriptor kept at the unlink.
+                Err(e) => match self.inodes.detached(ino).map(|f| f.metadata()) {
+                    Some(Ok(meta)) => Ok(attr_of(ino, &meta)),
+                    _ => Err(e),
+                },
+            },
         }
     }
 
@@ -751,8 +801,11 @@ impl SessionFs {
                 name: "..".into(),
             },
         ];
-        let mut add = |name: OsString, kind: Kind, node: Node| {
-            let ino = self.inodes.ino_for(path.join(&name), node);
+        // A listing names each entry's number without holding it: the
+        // held number, else one derived from its path.
+        let mut add = |name: OsString, kind: Kind, _node: Node| {
+            let child = path.join(&name);
+            let ino = self.inodes.listed(&child, super::inode::path_ino(&child));
             entries.push(DirEntry { ino, kind, name });
         };
         match node {

@@ -78,12 +78,13 @@ impl SessionFs {
         let child_path = parent_path.join(name);
         match parent_node {
             Node::Session { project, session } if name == VIEW_NAME => {
-                let ino = self.inodes.ino_for(
-                    child_path,
+                let ino = self.inodes.looked_up(
+                    child_path.clone(),
                     Node::Transcript {
                         project: project.clone(),
                         session: session.clone(),
                     },
+                    super::inode::path_ino(&child_path),
                 );
                 let exists = !matches!(
                     self.store.transcript(&project, &session),
@@ -130,9 +131,11 @@ impl SessionFs {
                     .open(&path)
                     .map_err(|e| io_errno(&path, "create", e))?;
                 owner.apply(&path)?;
-                let ino = self
-                    .inodes
-                    .ino_for(child_path.clone(), Node::Passthrough { rel: child_path });
+                let node = Node::Passthrough {
+                    rel: child_path.clone(),
+                };
+                let ino = self.ino_of(&child_path, &node)?;
+                self.inodes.looked_up(child_path, node, ino);
                 let fh = self.add_handle(Handle::File(Arc::new(file)));
                 Ok((self.getattr(ino)?, fh, false))
             }
@@ -375,7 +378,8 @@ impl SessionFs {
             }
         };
         self.virtual_dirs.lock().insert(child_path.clone());
-        let ino = self.inodes.ino_for(child_path, node);
+        let ino = super::inode::path_ino(&child_path);
+        self.inodes.looked_up(child_path, node, ino);
         self.getattr(ino)
     }
 
@@ -393,7 +397,18 @@ impl SessionFs {
             ))),
             Node::Session { .. } | Node::Passthrough { .. } => {
                 let path = self.store.backing_path(&child_path);
-                std::fs::remove_file(&path).map_err(|e| io_errno(&path, "unlink", e))
+                // A file the kernel holds keeps an O_PATH descriptor, so
+                // that fstat of a descriptor open on it still answers.
+                let keep = self.inodes.at(&child_path).and_then(|_| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+                        .open(&path)
+                        .ok()
+                });
+                std::fs::remove_file(&path).map_err(|e| io_errno(&path, "unlink", e))?;
+                self.inodes.unlinked(&child_path, keep);
+                Ok(())
             }
             _ => Err(eperm(format!("unlink of {} refused: not a session-owned file", child_path.display()))),
         }
@@ -425,7 +440,9 @@ impl SessionFs {
             )));
         }
         let path = self.store.backing_path(&child_path);
-        std::fs::remove_dir(&path).map_err(|e| io_errno(&path, "rmdir", e))
+        std::fs::remove_dir(&path).map_err(|e| io_errno(&path, "rmdir", e))?;
+        self.inodes.unlinked(&child_path, None);
+        Ok(())
     }
 
     /// `rename`: only session-owned entries move; the transcript, project
@@ -472,7 +489,104 @@ impl SessionFs {
         self.materialize_dirs(&to_dir)?;
         let from = self.store.backing_path(&from_dir.join(name));
         let to = self.store.backing_path(&to_dir.join(new_name));
-        std::fs::rename(&from, &to).map_err(|e| io_errno(&from, "rename", e))
+        std::fs::rename(&from, &to).map_err(|e| io_errno(&from, "rename", e))?;
+        // The inode moves with the file: the new name answers at once, and
+        // an open descriptor keeps naming the renamed file.
+        self.inodes
+            .rename(&from_dir.join(name), &to_dir.join(new_name));
+        Ok(())
+    }
+
+    /// The session-owned directory `parent` for a new entry `name`: its
+    /// mount path, or EPERM outside session directories and for names the
+    /// store owns.
+    fn owned_child(&self, parent: u64, name: &OsStr, op: &str) -> FsResult<PathBuf> {
+        let (parent_path, parent_node) = self.node(parent)?;
+        let child_path = parent_path.join(name);
+        let in_session = matches!(parent_node, Node::Session { .. } | Node::Passthrough { .. });
+        if !in_session || (matches!(parent_node, Node::Session { .. }) && is_store_owned_name(name))
+        {
+            return Err(eperm(format!(
+                "{op} of {} refused: only session directories hold other entries, and this \
+                 name belongs to the session store there",
+                child_path.display()
+            )));
+        }
+        self.materialize_dirs(&parent_path)?;
+        Ok(child_path)
+    }
+
+    /// `symlink`: a symbolic link `name` -> `target` in a session
+    /// directory (or below), created on the backing file system.
+    ///
+    /// Errors: EPERM outside session directories or for a store-owned
+    /// name; the backing `symlink(2)` error (EEXIST, …).
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+        owner: Owner,
+    ) -> FsResult<Attr> {
+        let child_path = self.owned_child(parent, name, "symlink")?;
+        let path = self.store.backing_path(&child_path);
+        std::os::unix::fs::symlink(target, &path).map_err(|e| io_errno(&path, "symlink", e))?;
+        owner.apply(&path)?; // lchown: the link itself
+        self.lookup(parent, name)
+    }
+
+    /// `link`: a hard link `new_name` in a session directory (or below)
+    /// to the passed-through file `ino`; both names then share one inode.
+    ///
+    /// Errors: EPERM for anything but a passed-through entry, or outside
+    /// session directories; the backing `link(2)` error.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> FsResult<Attr> {
+        let (_, node) = self.node(ino)?;
+        let Node::Passthrough { rel } = node else {
+            return Err(eperm(format!(
+                "link to inode {ino} refused: only session-owned files can be linked"
+            )));
+        };
+        let child_path = self.owned_child(new_parent, new_name, "link")?;
+        let from = self.store.backing_path(&rel);
+        let to = self.store.backing_path(&child_path);
+        std::fs::hard_link(&from, &to).map_err(|e| io_errno(&to, "link", e))?;
+        self.lookup(new_parent, new_name)
+    }
+
+    /// `mknod`: a FIFO, socket or regular file `name` in a session
+    /// directory (or below), made on the backing file system with `mode`
+    /// (type and permission bits). Device nodes are refused.
+    ///
+    /// Errors: EPERM for device nodes, outside session directories or for
+    /// a store-owned name; the backing `mknod(2)` error.
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        owner: Owner,
+    ) -> FsResult<Attr> {
+        let kind = mode & libc::S_IFMT;
+        if kind != libc::S_IFIFO && kind != libc::S_IFSOCK && kind != libc::S_IFREG && kind != 0 {
+            return Err(eperm(format!(
+                "mknod of {:?} refused: device nodes are not made in a session store",
+                name
+            )));
+        }
+        let child_path = self.owned_child(parent, name, "mknod")?;
+        let path = self.store.backing_path(&child_path);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| FsError::Invalid)?;
+        let kind = if kind == 0 { libc::S_IFREG } else { kind };
+        let perm = mode & 0o7777 & !umask;
+        // SAFETY: a valid NUL-terminated path; no device number.
+        if unsafe { libc::mknod(c.as_ptr(), kind | perm, 0) } != 0 {
+            return Err(io_errno(&path, "mknod", std::io::Error::last_os_error()));
+        }
+        owner.apply(&path)?;
+        self.lookup(parent, name)
     }
 
     /// `setattr`: a transcript's size cannot change (EPERM unless it is

@@ -223,6 +223,7 @@ pub fn run_mount(
             compression: config.compression,
             cache_bytes: config.cache_bytes,
             index_dir: config.index_dir.clone(),
+            catalog_ttl: config.attr_timeout,
         },
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;

@@ -107,6 +107,11 @@ pub struct Status {
     /// Sessions the views' catalog read (validated and scanned for a
     /// title) since the mount started.
     pub view_sessions_read: u64,
+    /// Inodes the mount holds for the kernel (the root included): they
+    /// are released when the kernel forgets them.
+    pub inodes: usize,
+    /// Rough bytes of the root's catalog (project and session names).
+    pub catalog_bytes: usize,
 }
 
 impl Status {
@@ -135,6 +140,8 @@ impl Status {
             },
             "frames_decoded": self.frames_decoded,
             "views": { "sessions_read": self.view_sessions_read },
+            "inodes": self.inodes,
+            "catalog_bytes": self.catalog_bytes,
         })
     }
 }
@@ -202,6 +209,8 @@ impl StatusFile {
             },
             frames_decoded: crate::store::transcript::frames_decoded_total(),
             view_sessions_read: crate::store::views::catalog::sessions_read(),
+            inodes: self.core.inode_count(),
+            catalog_bytes: self.core.store().discovery().approx_bytes(),
         }
     }
 

@@ -1,75 +1,195 @@
-//! Finding a session directory by id from anywhere: the mount's `.by-id/`
-//! (MOUNT.md, The tree; IDENTITY.md §2).
+//! Finding a session directory by id from anywhere: the mount's `.by-id/`,
+//! `sessionfs locate` and the API's lookups by id, all through one rule
+//! over the root's catalog (MOUNT.md, The tree; IDENTITY.md §2).
+//!
+//! A session directory's id is its decoded name; a name that does not
+//! decode is its own id (as `.by-id` lists it) and is also found by its
+//! header's id. A directory is a session only when it holds something that
+//! claims to be a transcript. One name in several project directories is
+//! one candidate, at the first project directory in byte order, so that
+//! opening it reports the duplicate id with its paths.
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::path::Path;
+use std::sync::Arc;
 
+use super::catalog::FindError;
+use super::discovery::{self, SessionDir};
 use super::error::{Result, StoreError};
 use super::naming::decode_id;
-use super::{Encoding, Store};
-use crate::identity::{resolve_id, IdLookupError};
+use super::transcript::Transcript;
+use super::{is_foreign_transcript_name, is_publication_temp, Store};
+use crate::identity::{id_body, ids_match, resolve_id, IdLookupError};
+
+/// Session directories by the body of their ids: `(id, directory)` pairs.
+pub(crate) type IdIndex = HashMap<String, Vec<(String, SessionDir)>>;
+
+/// Whether a session directory holds something that claims to be a
+/// transcript: either encoding's file, or a transcript under a foreign
+/// name (an unsupported version, reported rather than skipped). A directory
+/// with none of these is not a session (FORMAT.md, Layout). One `lstat`
+/// for a zstd transcript, two for a raw one; a directory listing (all
+/// counted) only when neither exists.
+pub(crate) fn holds_transcript(dir: &Path) -> bool {
+    if discovery::exists(&dir.join("session.jsonl.zstd"))
+        || discovery::exists(&dir.join("session.jsonl"))
+    {
+        return true;
+    }
+    discovery::count(1);
+    let Ok(entries) = fs::read_dir(dir) else {
+        // Unreadable: let validation say why.
+        return true;
+    };
+    entries.flatten().any(|e| {
+        let name = e.file_name();
+        name == "session.jsonl.zstd"
+            || name == "session.jsonl"
+            || (is_foreign_transcript_name(&name) && !is_publication_temp(&name))
+    })
+}
+
+/// The id a session directory name stands for: its decoded name, or the
+/// name itself (lossily as text) when it does not decode.
+pub fn dir_id(session: &OsStr) -> (String, bool) {
+    match session.to_str().and_then(|n| decode_id(n).ok()) {
+        Some(id) => (id, true),
+        None => (session.to_string_lossy().into_owned(), false),
+    }
+}
 
 impl Store {
-    /// Every session directory that holds a transcript, as
-    /// `(name, project, session)`; `name` is the encoded id. A duplicate id
-    /// is listed once (its lookup fails with the duplicate error).
+    /// Every session directory of the catalog that holds a transcript,
+    /// one per name (the first project directory in byte order), sorted by
+    /// project then session.
     ///
-    /// Errors: [`StoreError::Io`] when the root cannot be listed; project
-    /// directories that cannot be read are skipped.
-    pub fn by_id_entries(&self) -> Result<Vec<(OsString, OsString, OsString)>> {
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        for (project, session) in self.session_dirs()? {
-            if seen.insert(session.clone()) {
-                out.push((session.clone(), project, session));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Every `(project, session)` directory pair whose directory holds a
-    /// transcript of either encoding.
+    /// Errors: [`StoreError::Io`] when the root cannot be listed.
     pub fn session_dirs(&self) -> Result<Vec<(OsString, OsString)>> {
-        let mut out = Vec::new();
-        for project in self.list_projects()? {
-            let Ok(entries) = fs::read_dir(self.root().join(&project)) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                let dir = entry.path();
-                let has_transcript = [Encoding::Zstd, Encoding::Raw]
-                    .iter()
-                    .any(|e| fs::symlink_metadata(dir.join(e.file_name())).is_ok());
-                if has_transcript {
-                    out.push((project.clone(), entry.file_name()));
-                }
-            }
+        Ok(self
+            .unique_session_dirs()?
+            .into_iter()
+            .filter(|d| holds_transcript(&self.root().join(&d.project).join(&d.session)))
+            .map(|d| (d.project, d.session))
+            .collect())
+    }
+
+    /// The catalog's session directories, one per name.
+    fn unique_session_dirs(&self) -> Result<Vec<SessionDir>> {
+        let mut first: BTreeMap<OsString, OsString> = BTreeMap::new();
+        for d in self.discovery().session_dirs()? {
+            first.entry(d.session).or_insert(d.project);
         }
+        let mut out: Vec<SessionDir> = first
+            .into_iter()
+            .map(|(session, project)| SessionDir { project, session })
+            .collect();
+        out.sort_by(|a, b| (&a.project, &a.session).cmp(&(&b.project, &b.session)));
         Ok(out)
     }
 
-    /// The session directory named by `name` (an encoded id, or any
-    /// string): the exact id first, then the body rule of IDENTITY.md §2
-    /// (`cse_X` finds `session_X`).
+    /// Every session of `.by-id`, as `(name, project, session)`; `name` is
+    /// the session directory name. A duplicate id is listed once (opening
+    /// it fails with the duplicate error).
+    ///
+    /// Errors: [`StoreError::Io`] when the root cannot be listed.
+    pub fn by_id_entries(&self) -> Result<Vec<(OsString, OsString, OsString)>> {
+        Ok(self
+            .session_dirs()?
+            .into_iter()
+            .map(|(project, session)| (session.clone(), project, session))
+            .collect())
+    }
+
+    /// The session directory that the id `wanted` names (the one rule of
+    /// `.by-id`, `locate` and the API): the exact id first, then the only
+    /// id sharing its body (IDENTITY.md §2). Not validated.
+    ///
+    /// Errors: [`FindError::Id`] when none or several match;
+    /// [`FindError::Store`] when the root cannot be listed.
+    pub fn resolve_session_dir(
+        &self,
+        wanted: &str,
+    ) -> std::result::Result<(OsString, OsString), FindError> {
+        let generation = self.discovery().generation()?;
+        let mut candidates: Vec<(String, SessionDir)> = {
+            let mut cached = self.id_index.lock();
+            if cached.as_ref().map(|(g, _)| *g) != Some(generation) {
+                *cached = Some((generation, self.build_id_index()?));
+            }
+            let index = &cached.as_ref().expect("just built").1;
+            index
+                .get(id_body(wanted))
+                .map(|list| {
+                    list.iter()
+                        .filter(|(id, _)| id == wanted || ids_match(id, wanted))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        // One candidate per directory (an undecodable name may match by
+        // its name and by its header id).
+        candidates.dedup_by(|a, b| a.1 == b.1);
+        // Only directories holding a transcript are sessions: looked at
+        // for the few candidates only.
+        candidates
+            .retain(|(_, d)| holds_transcript(&self.root().join(&d.project).join(&d.session)));
+        let found = resolve_id(wanted, candidates)?;
+        Ok((found.project, found.session))
+    }
+
+    /// The catalog's session directories by the body of their ids
+    /// (IDENTITY.md §2: an exact id has the same body), built once per
+    /// catalog generation.
+    fn build_id_index(&self) -> Result<IdIndex> {
+        let mut index: IdIndex = HashMap::new();
+        for d in self.unique_session_dirs()? {
+            let (id, decoded) = dir_id(&d.session);
+            let mut ids = vec![id];
+            if !decoded {
+                let dir = self.root().join(&d.project).join(&d.session);
+                if let Some(header_id) = self.header_id(&dir) {
+                    ids.push(header_id);
+                }
+            }
+            for id in ids {
+                index
+                    .entry(id_body(&id).to_string())
+                    .or_default()
+                    .push((id, d.clone()));
+            }
+        }
+        Ok(index)
+    }
+
+    /// The header id of the transcript in `dir`, read without the
+    /// placement checks (for a session directory whose name does not
+    /// decode; validation will then report it as misplaced).
+    fn header_id(&self, dir: &Path) -> Option<String> {
+        let path = dir.join(self.encoding().file_name());
+        discovery::count(1);
+        let cache = Arc::new(super::FrameCache::new(0));
+        Transcript::open(&path, self.encoding(), cache)
+            .ok()
+            .map(|t| t.header().id)
+    }
+
+    /// The session directory named by `.by-id/<name>`: `name` decoded (a
+    /// name that does not decode is taken as it is), then
+    /// [`Store::resolve_session_dir`].
     ///
     /// Errors: [`StoreError::NotFound`]; [`StoreError::AmbiguousId`] when
-    /// several sessions match by body or one id is in several projects.
+    /// several sessions match by body.
     pub fn find_session_dir_by_id(&self, name: &OsStr) -> Result<(OsString, OsString)> {
-        let text = name.to_string_lossy();
-        let wanted = decode_id(&text).unwrap_or_else(|_| text.to_string());
-        let candidates = self.session_dirs()?.into_iter().map(|(project, session)| {
-            let lossy = session.to_string_lossy();
-            let id = decode_id(&lossy).unwrap_or_else(|_| lossy.to_string());
-            (id, (project, session))
-        });
-        resolve_id(&wanted, candidates).map_err(|e| match e {
-            IdLookupError::NotFound { .. } => StoreError::NotFound {
+        let (wanted, _) = dir_id(name);
+        self.resolve_session_dir(&wanted).map_err(|e| match e {
+            FindError::Store(e) => e,
+            FindError::Id(IdLookupError::NotFound { .. }) => StoreError::NotFound {
                 path: self.root().join(".by-id").join(name),
             },
-            other => StoreError::AmbiguousId {
+            FindError::Id(other) => StoreError::AmbiguousId {
                 wanted,
                 reason: other.to_string(),
             },

@@ -7,19 +7,19 @@
 //! [`Store::transcript`], so placement, duplicate and encoding rules are the
 //! mount's own.
 
-use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::by_id::holds_transcript;
+use super::discovery::ProjectListing;
 use super::error::{Result, StoreError};
 use super::naming;
 use super::transcript::Transcript;
-use super::{is_foreign_transcript_name, is_publication_temp, EntryKind, Store};
-use crate::identity::{nfc, nfd, resolve_id, IdLookupError};
+use super::Store;
+use crate::identity::{nfc, nfd, IdLookupError};
 
 /// What the command line shows of one valid session.
 #[derive(Debug, Clone)]
@@ -94,23 +94,6 @@ impl From<IdLookupError> for FindError {
     }
 }
 
-/// Whether a session directory holds something that claims to be a
-/// transcript: either encoding's file, or a transcript under a foreign
-/// name (an unsupported version, reported rather than skipped). A directory
-/// with none of these is not a session (FORMAT.md, Layout).
-fn holds_transcript(dir: &Path) -> bool {
-    let Ok(entries) = fs::read_dir(dir) else {
-        // Unreadable: let validation say why.
-        return true;
-    };
-    entries.flatten().any(|e| {
-        let name = e.file_name();
-        name == "session.jsonl.zstd"
-            || name == "session.jsonl"
-            || (is_foreign_transcript_name(&name) && !is_publication_temp(&name))
-    })
-}
-
 impl Store {
     /// The summary of the session in `project/session`, validated through
     /// [`Store::transcript`].
@@ -130,11 +113,9 @@ impl Store {
     /// Errors: [`StoreError::Io`] or [`StoreError::NotFound`] only when the
     /// root itself cannot be listed.
     pub fn sessions(&self) -> Result<SessionListing> {
-        let mut projects = self.list_projects()?;
-        projects.sort();
         let mut listing = SessionListing::default();
-        for project in projects {
-            self.collect_project(&project, &mut listing, |_| true);
+        for project in self.discovery().listing()? {
+            self.collect_project(project, &mut listing, |_| true);
         }
         Ok(listing)
     }
@@ -158,12 +139,11 @@ impl Store {
         keys.sort();
         keys.dedup();
         let mut listing = SessionListing::default();
-        for key in keys {
-            let key = OsString::from(key);
-            if !fs::symlink_metadata(self.root().join(&key)).is_ok_and(|m| m.is_dir()) {
+        for project in self.discovery().listing()? {
+            if !keys.iter().any(|k| OsStr::new(k) == project.project) {
                 continue;
             }
-            self.collect_project(&key, &mut listing, |s| {
+            self.collect_project(project, &mut listing, |s| {
                 s.cwd.as_ref().is_some_and(|cwd| spellings.contains(cwd))
             });
         }
@@ -180,7 +160,7 @@ impl Store {
     /// (a duplicate id, a misplaced or corrupt transcript, …) or the root
     /// cannot be listed.
     pub fn find_by_id(&self, id: &str) -> std::result::Result<SessionSummary, FindError> {
-        let (project, session) = self.find_session_by_id(id)?;
+        let (project, session) = self.resolve_session_dir(id)?;
         Ok(self.session_summary(&project, &session)?)
     }
 
@@ -192,93 +172,49 @@ impl Store {
         &self,
         id: &str,
     ) -> std::result::Result<(SessionSummary, Arc<Transcript>), FindError> {
-        let (project, session) = self.find_session_by_id(id)?;
+        let (project, session) = self.resolve_session_dir(id)?;
         let transcript = self.transcript(&project, &session)?;
         let summary = summarize(&transcript, &project, &session)?;
         Ok((summary, transcript))
     }
 
-    /// The `(project, session)` directory pair that `id` names; not yet
-    /// validated. Directories with the same name in several projects are
-    /// one candidate, so that validation reports the duplicate id with its
-    /// paths.
-    fn find_session_by_id(&self, id: &str) -> std::result::Result<(OsString, OsString), FindError> {
-        let mut projects = self.list_projects()?;
-        projects.sort();
-        // Candidate id -> its first (project, session) location.
-        let mut candidates: BTreeMap<String, (OsString, OsString)> = BTreeMap::new();
-        for project in projects {
-            let Ok(entries) = self.list_project(&project) else {
-                continue;
-            };
-            for entry in entries {
-                if entry.kind != EntryKind::Dir {
-                    continue;
-                }
-                let dir = self.root().join(&project).join(&entry.name);
-                if !holds_transcript(&dir) {
-                    continue;
-                }
-                let decoded = entry.name.to_str().and_then(|n| naming::decode_id(n).ok());
-                let candidate_id = match decoded {
-                    Some(decoded) => decoded,
-                    None => match self.header_id(&dir) {
-                        Some(header_id) => header_id,
-                        None => continue,
-                    },
-                };
-                candidates
-                    .entry(candidate_id)
-                    .or_insert((project.clone(), entry.name));
-            }
-        }
-        Ok(resolve_id(id, candidates)?)
-    }
-
-    /// The header id of the transcript in `dir`, read without the
-    /// placement checks (for a session directory whose name does not
-    /// decode; validation will then report it as misplaced).
-    fn header_id(&self, dir: &Path) -> Option<String> {
-        let path = dir.join(self.encoding().file_name());
-        let cache = Arc::new(super::FrameCache::new(0));
-        Transcript::open(&path, self.encoding(), cache)
-            .ok()
-            .map(|t| t.header().id)
-    }
-
-    /// Adds the sessions of one project directory that `keep` accepts to
-    /// `listing`, and the errors of those that fail validation.
+    /// Adds the sessions of one project directory (as the catalog lists
+    /// it) that `keep` accepts to `listing`, and the errors of those that
+    /// fail validation.
     fn collect_project(
         &self,
-        project: &OsStr,
+        project: ProjectListing,
         listing: &mut SessionListing,
         keep: impl Fn(&SessionSummary) -> bool,
     ) {
-        let mut entries = match self.list_project(project) {
-            Ok(entries) => entries,
-            Err(e) => {
-                listing.errors.push(e);
-                return;
+        if let Some(e) = project.error {
+            listing.errors.push(e);
+            return;
+        }
+        let dir = self.root().join(&project.project);
+        let mut names: Vec<(&OsString, bool)> = project
+            .flat
+            .iter()
+            .map(|n| (n, true))
+            .chain(project.sessions.iter().map(|n| (n, false)))
+            .collect();
+        names.sort();
+        for (name, flat) in names {
+            if flat {
+                listing.errors.push(StoreError::FlatArtifact {
+                    path: dir.join(name),
+                });
+                continue;
             }
-        };
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        for entry in entries {
-            match entry.kind {
-                EntryKind::FlatArtifact => listing.errors.push(StoreError::FlatArtifact {
-                    path: self.root().join(project).join(&entry.name),
-                }),
-                EntryKind::Dir => match self.session_summary(project, &entry.name) {
-                    Ok(summary) => {
-                        if keep(&summary) {
-                            listing.sessions.push(summary);
-                        }
+            match self.session_summary(&project.project, name) {
+                Ok(summary) => {
+                    if keep(&summary) {
+                        listing.sessions.push(summary);
                     }
-                    // A directory without a transcript is not a session.
-                    Err(StoreError::NotFound { .. })
-                        if !holds_transcript(&self.root().join(project).join(&entry.name)) => {}
-                    Err(e) => listing.errors.push(e),
-                },
-                _ => {}
+                }
+                // A directory without a transcript is not a session.
+                Err(StoreError::NotFound { .. }) if !holds_transcript(&dir.join(name)) => {}
+                Err(e) => listing.errors.push(e),
             }
         }
     }
@@ -305,6 +241,8 @@ mod tests {
     use super::*;
     use crate::store::frame::encode_frame;
     use crate::store::StoreOptions;
+    use std::fs;
+    use std::path::Path;
 
     /// Writes a valid zstd session `id` with `cwd` into `root`, at the path
     /// its header derives (or at `at` = (project, session) when given).
@@ -462,6 +400,8 @@ mod tests {
         // A directory name that does not decode is found by its header id,
         // and then refused as misplaced (its canonical name is elsewhere).
         write_session(root, "oddA", Some("/w"), Some(("--w--", "odd~0041")));
+        // Written after the catalog was built: seen once it revalidates.
+        store.discovery().invalidate();
         assert!(matches!(
             store.find_by_id("oddA"),
             Err(FindError::Store(StoreError::Misplaced { .. }))

@@ -496,18 +496,20 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The transcripts under `root`: every `<project>/<session>/session.jsonl.zstd`
-/// and `<project>/<session>/session.jsonl`, whatever they are (a directory
+/// and `<project>/<session>/session.jsonl` of the root's catalog (the
+/// store's one walk, [`super::Discovery`]), whatever they are (a directory
 /// or a dangling link under a transcript's name is listed too, for
-/// [`check_transcript`] to report).
+/// [`check_transcript`] to report). Symbolic links to project or session
+/// directories are not followed, as the mount does not follow them.
 pub fn transcripts_under(root: &Path) -> Vec<PathBuf> {
+    let catalog = super::Discovery::new(root, super::discovery::MIN_TTL);
     let mut out = Vec::new();
-    for project in subdirs(root) {
-        for session in subdirs(&project) {
-            for encoding in [Encoding::Zstd, Encoding::Raw] {
-                let t = session.join(encoding.file_name());
-                if fs::symlink_metadata(&t).is_ok() {
-                    out.push(t);
-                }
+    for dir in catalog.session_dirs().unwrap_or_default() {
+        let session = root.join(&dir.project).join(&dir.session);
+        for encoding in [Encoding::Zstd, Encoding::Raw] {
+            let t = session.join(encoding.file_name());
+            if fs::symlink_metadata(&t).is_ok() {
+                out.push(t);
             }
         }
     }

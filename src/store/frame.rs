@@ -23,11 +23,24 @@ pub trait ReadAt {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read
     /// (0 at the end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// Tells the source that `len` bytes at `offset` will be read soon (a
+    /// file starts reading them into the page cache); nothing by default.
+    fn will_need(&self, _offset: u64, _len: u64) {}
 }
 
 impl ReadAt for File {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(self, buf, offset)
+    }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        use std::os::unix::io::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: a valid descriptor; advice only, its result is ignored.
+        unsafe { libc::posix_fadvise(self.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
     }
 }
 
@@ -38,6 +51,89 @@ impl ReadAt for [u8] {
             .min(self.len());
         let n = buf.len().min(self.len() - start);
         buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// Bytes a [`ChunkedReader`] reads at once when frames are dense (64 KiB).
+pub const WALK_CHUNK: usize = 64 * 1024;
+
+/// Frames closer together than this are read a chunk at a time: below it,
+/// one read call costs more than copying the bytes between two headers.
+const DENSE_GAP: u64 = 4 * 1024;
+
+/// How far ahead of a walk the source is asked to read (4 MiB): a cold
+/// walk streams the file instead of waiting for each header's page.
+const READ_AHEAD: u64 = 4 << 20;
+
+/// A [`ReadAt`] for walking frame headers: when consecutive reads are
+/// close together (small frames) it reads chunks of [`WALK_CHUNK`] bytes
+/// and serves the headers inside from memory, so that one read call covers
+/// many frames; when they are far apart (large frames) each header is read
+/// on its own, so that the bytes between headers are not copied. Either
+/// way the source is asked to read [`READ_AHEAD`] bytes ahead. The buffer
+/// is the constant chunk, never sized by a number read from the file.
+pub struct ChunkedReader<'a, R: ReadAt + ?Sized> {
+    src: &'a R,
+    chunk: usize,
+    state: RefCell<Chunk>,
+}
+
+#[derive(Default)]
+struct Chunk {
+    data: Vec<u8>,
+    start: u64,
+    last_miss: Option<u64>,
+    hinted_to: u64,
+}
+
+impl<'a, R: ReadAt + ?Sized> ChunkedReader<'a, R> {
+    /// A reader over `src` with chunks of `chunk` bytes (at least 64).
+    pub fn new(src: &'a R, chunk: usize) -> Self {
+        ChunkedReader {
+            src,
+            chunk: chunk.max(64),
+            state: RefCell::new(Chunk::default()),
+        }
+    }
+}
+
+impl<R: ReadAt + ?Sized> ReadAt for ChunkedReader<'_, R> {
+    fn read_at(&self, out: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut st = self.state.borrow_mut();
+        let end = offset.saturating_add(out.len() as u64);
+        if offset >= st.start && end <= st.start + st.data.len() as u64 {
+            let at = (offset - st.start) as usize;
+            out.copy_from_slice(&st.data[at..at + out.len()]);
+            return Ok(out.len());
+        }
+        if end > st.hinted_to {
+            self.src.will_need(offset, READ_AHEAD);
+            st.hinted_to = offset.saturating_add(READ_AHEAD);
+        }
+        let dense = st
+            .last_miss
+            .is_some_and(|prev| offset > prev && offset - prev < DENSE_GAP);
+        st.last_miss = Some(offset);
+        if !dense || out.len() >= self.chunk {
+            return self.src.read_at(out, offset);
+        }
+        let mut data = std::mem::take(&mut st.data);
+        data.resize(self.chunk, 0);
+        let mut got = 0;
+        while got < data.len() {
+            match self.src.read_at(&mut data[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        data.truncate(got);
+        let n = out.len().min(got);
+        out[..n].copy_from_slice(&data[..n]);
+        st.data = data;
+        st.start = offset;
         Ok(n)
     }
 }

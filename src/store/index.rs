@@ -9,7 +9,9 @@ use std::ops::Range;
 
 use super::classify::{classify, Damage, Failure, WalkEnd};
 use super::decode;
-use super::frame::{walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step};
+use super::frame::{
+    walk_frame, ChunkedReader, FrameError, FrameInfo, FrameKind, ReadAt, Step, WALK_CHUNK,
+};
 
 /// One complete data frame in the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +113,9 @@ impl FrameIndex {
         file_len: u64,
         frames_decoded: &mut u64,
     ) -> Result<(), FrameError> {
+        // Dense frame headers are read a chunk at a time, sparse ones one
+        // by one, with read-ahead hints either way (see ChunkedReader).
+        let src = &ChunkedReader::new(src, WALK_CHUNK);
         if self.damage.is_some() {
             if file_len == self.damage_file_len {
                 return Ok(());
@@ -355,5 +360,39 @@ mod tests {
         assert!(!idx.is_damaged());
         assert_eq!(idx.plain_len(), 6);
         assert_eq!(idx.frames().len(), 2);
+    }
+
+    #[test]
+    fn a_walk_of_small_frames_reads_in_chunks_and_finds_the_same_frames() {
+        use std::cell::Cell;
+        struct Counted<'a>(&'a [u8], Cell<u64>);
+        impl ReadAt for Counted<'_> {
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+                self.1.set(self.1.get() + 1);
+                self.0.read_at(buf, offset)
+            }
+        }
+        let mut file = Vec::new();
+        for i in 0..5000 {
+            file.extend(encode_frame(format!("{{\"n\":{i}}}\n").as_bytes()).unwrap());
+        }
+        let src = Counted(&file, Cell::new(0));
+        let mut idx = FrameIndex::new();
+        let mut decoded = 0;
+        idx.extend(&src, file.len() as u64, &mut decoded).unwrap();
+        // The frames an independent walk finds, one read per header.
+        let mut at = 0;
+        let mut expected = Vec::new();
+        while let Ok(Step::Frame(info)) = walk_frame(&file[..], at, file.len() as u64) {
+            expected.push(info);
+            at += info.len;
+        }
+        let found: Vec<FrameInfo> = idx.frames().iter().map(|f| f.info).collect();
+        assert_eq!(found, expected);
+        assert_eq!(found.len(), 5000);
+        // A chunk per WALK_CHUNK bytes (plus the first reads before the
+        // frames are known to be dense), not a read per frame.
+        let bound = file.len() as u64 / WALK_CHUNK as u64 + 4;
+        assert!(src.1.get() <= bound, "{} reads, bound {bound}", src.1.get());
     }
 }

@@ -340,7 +340,11 @@ impl SessionWriter {
             Some(i) => batch.split_at(i + 1),
             None => (batch, &[][..]),
         };
-        let path = publish_session(store.root(), store.encoding(), header, rest)?;
+        let path = publish_session(store.root(), store.encoding(), header, rest);
+        // Published or refused, the root changed or holds what refused it:
+        // the catalog looks again at its next use.
+        store.discovery().invalidate();
+        let path = path?;
         self.published = true;
         self.hint = None;
         Ok(path)

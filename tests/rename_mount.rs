@@ -1,0 +1,201 @@
+//! Issue 11, Must show 5 and the `forget` half of 3: pass-through entries
+//! of a session directory behave as on the backing file system. Inodes
+//! follow the file, not the path (a rename moves the inode: the new name
+//! answers at once, an open descriptor keeps writing to the renamed file);
+//! `ln -s`, `ln` and `mkfifo` work and make what they make on the backing
+//! file system; and inodes the kernel forgets (`drop_caches`) leave the
+//! daemon's table (`.sessionfs-status` → `inodes`).
+//!
+//! Expectations are read from the backing file system directly.
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{corpus_copy, sh_ok, Mount};
+
+/// A session directory of the `normal` corpus case.
+const SESSION: &str = "--home-alice-work-app--/Session-A";
+
+fn status_inodes(mount: &Mount) -> u64 {
+    let text = fs::read_to_string(mount.join(".sessionfs-status")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["inodes"].as_u64().expect("inodes in the status")
+}
+
+#[test]
+fn an_append_after_rename_lands_in_the_renamed_file() {
+    let (_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(&root, &[]);
+    let dir = mount.join(SESSION);
+    let backing = root.join(SESSION);
+    // The sequence of the issue, as a shell user types it.
+    sh_ok(
+        "cd \"$1\" && echo AAA > a.txt && mv a.txt b.txt && echo NEW-A > a.txt && echo appended >> b.txt",
+        [&dir],
+    );
+    assert_eq!(
+        fs::read_to_string(backing.join("b.txt")).unwrap(),
+        "AAA\nappended\n"
+    );
+    assert_eq!(
+        fs::read_to_string(backing.join("a.txt")).unwrap(),
+        "NEW-A\n"
+    );
+    assert_eq!(
+        fs::read_to_string(dir.join("b.txt")).unwrap(),
+        "AAA\nappended\n"
+    );
+    assert_eq!(fs::read_to_string(dir.join("a.txt")).unwrap(), "NEW-A\n");
+
+    // An open descriptor keeps writing to the file after it is renamed.
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join("log.txt"))
+        .unwrap();
+    f.write_all(b"one\n").unwrap();
+    fs::rename(dir.join("log.txt"), dir.join("log-old.txt")).unwrap();
+    fs::write(dir.join("log.txt"), b"fresh\n").unwrap();
+    f.write_all(b"two\n").unwrap();
+    drop(f);
+    assert_eq!(
+        fs::read(backing.join("log-old.txt")).unwrap(),
+        b"one\ntwo\n"
+    );
+    assert_eq!(fs::read(backing.join("log.txt")).unwrap(), b"fresh\n");
+    mount.stop();
+}
+
+#[test]
+fn the_new_name_answers_at_once_for_files_and_folders() {
+    let (_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(&root, &[]);
+    let dir = mount.join(SESSION);
+    // Looked up (and cached by the kernel) before the rename.
+    fs::write(dir.join("c.txt"), b"see\n").unwrap();
+    let before = fs::metadata(dir.join("c.txt")).unwrap();
+    let out = sh_ok(
+        "cd \"$1\" && mv c.txt d.txt && cat d.txt && ls -l d.txt",
+        [&dir],
+    );
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("see\n"),
+        "{out:?}"
+    );
+    let after = fs::metadata(dir.join("d.txt")).unwrap();
+    assert_eq!(after.ino(), before.ino(), "the inode follows the file");
+    assert_eq!(
+        after.ino(),
+        fs::metadata(root.join(SESSION).join("d.txt"))
+            .unwrap()
+            .ino()
+    );
+    assert!(
+        fs::metadata(dir.join("c.txt")).is_err(),
+        "the old name is gone"
+    );
+
+    fs::create_dir(dir.join("folder")).unwrap();
+    fs::write(dir.join("folder/inside.txt"), b"in\n").unwrap();
+    fs::metadata(dir.join("folder/inside.txt")).unwrap();
+    let out = sh_ok(
+        "cd \"$1\" && mv folder moved && cat moved/inside.txt && ls -l moved",
+        [&dir],
+    );
+    assert!(String::from_utf8_lossy(&out).starts_with("in\n"), "{out:?}");
+    assert!(fs::metadata(dir.join("folder")).is_err());
+    fs::write(dir.join("moved/second.txt"), b"2\n").unwrap();
+    assert_eq!(
+        fs::read(root.join(SESSION).join("moved/second.txt")).unwrap(),
+        b"2\n"
+    );
+    mount.stop();
+}
+
+#[test]
+fn symlinks_hard_links_and_fifos_are_made_on_the_backing_file_system() {
+    let (_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(&root, &[]);
+    let dir = mount.join(SESSION);
+    let backing = root.join(SESSION);
+    fs::write(dir.join("target.txt"), b"t\n").unwrap();
+    sh_ok(
+        "cd \"$1\" && ln -s target.txt soft && ln target.txt hard && mkfifo pipe",
+        [&dir],
+    );
+    assert_eq!(
+        fs::read_link(backing.join("soft")).unwrap(),
+        Path::new("target.txt")
+    );
+    assert_eq!(
+        fs::read_link(dir.join("soft")).unwrap(),
+        Path::new("target.txt")
+    );
+    assert_eq!(fs::read(dir.join("soft")).unwrap(), b"t\n");
+    let (b_target, b_hard) = (
+        fs::metadata(backing.join("target.txt")).unwrap(),
+        fs::metadata(backing.join("hard")).unwrap(),
+    );
+    assert_eq!(b_target.ino(), b_hard.ino());
+    assert_eq!(b_hard.nlink(), 2);
+    let (m_target, m_hard) = (
+        fs::metadata(dir.join("target.txt")).unwrap(),
+        fs::metadata(dir.join("hard")).unwrap(),
+    );
+    assert_eq!(m_target.ino(), m_hard.ino(), "hard links share an inode");
+    assert_eq!(m_hard.nlink(), 2);
+    assert!(fs::symlink_metadata(backing.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(fs::symlink_metadata(dir.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    // Not in a project directory, and not over the transcript's names.
+    let fails = |script: &str| {
+        !common::sh(script, [&mount.join("--home-alice-work-app--")])
+            .status
+            .success()
+    };
+    assert!(fails("cd \"$1\" && ln -s x link-in-project"));
+    assert!(fails("cd \"$1\"/Session-A && ln -s x session.jsonl.zstd"));
+    mount.stop();
+}
+
+#[test]
+fn inodes_the_kernel_forgets_leave_the_table() {
+    let (_tmp, root) = corpus_copy("normal");
+    // Files made on the backing side, so that only lookups bring them in.
+    let backing = root.join(SESSION).join("many");
+    fs::create_dir(&backing).unwrap();
+    for i in 0..2000 {
+        fs::write(backing.join(format!("f{i}")), b"x").unwrap();
+    }
+    let mount = Mount::start(&root, &[]);
+    let start = status_inodes(&mount);
+    let dir = mount.join(SESSION).join("many");
+    for i in 0..2000 {
+        fs::metadata(dir.join(format!("f{i}"))).unwrap();
+    }
+    let held = status_inodes(&mount);
+    assert!(held >= start + 2000, "looked up: {start} -> {held}");
+    // Reclaimable dentries and inodes go; the kernel sends FORGET.
+    fs::write("/proc/sys/vm/drop_caches", b"2").expect("write drop_caches (needs root)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut now = held;
+    while now > start + 100 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        now = status_inodes(&mount);
+    }
+    assert!(
+        now <= start + 100,
+        "after drop_caches the table holds {now} inodes (before {held}, at start {start})"
+    );
+    mount.stop();
+}
