@@ -355,7 +355,9 @@ fn generic_options_are_accepted_silently() {
 }
 
 /// `.sessionfs-status` counts the bytes written and not yet committed
-/// (a line held in a long batch window), and no longer once committed.
+/// (a line held in a long batch window), and no longer once committed;
+/// it names the root's file system and the commit protocol, and holds no
+/// lock file once nothing is being committed.
 #[test]
 fn the_status_file_shows_pending_bytes() {
     let root = corpus_copy("normal");
@@ -376,5 +378,22 @@ fn the_status_file_shows_pending_bytes() {
         last["pending_bytes"] == 0 && last["writers"] == 0
     });
     assert!(settled, "{last}");
+    // The commit's lock file is released with it.
+    assert_eq!(last["locks_held"], 0, "{last}");
+    // What the root lives on, as findmnt(8) names its file system type.
+    let findmnt = std::process::Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE", "-T"])
+        .arg(root.path())
+        .output()
+        .expect("findmnt (util-linux)");
+    let fstype = String::from_utf8_lossy(&findmnt.stdout).trim().to_string();
+    assert!(!fstype.is_empty(), "findmnt found no file system type");
+    let root_fs = last["root_fs"].as_str().unwrap_or_default();
+    assert!(
+        root_fs.contains(&format!("({fstype},")),
+        "{fstype} vs {last}"
+    );
+    let protocol = last["commit_protocol"].as_str().unwrap_or_default();
+    assert!(["local", "remote"].contains(&protocol), "{last}");
     mount.stop();
 }

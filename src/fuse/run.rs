@@ -210,8 +210,10 @@ pub fn run_mount(
     let mut read_only = preflight::check(&config)?;
     // What the root lives on (logged once, nothing written); a kind that
     // cannot give the commit protocol what it needs mounts read-only.
+    let root_fs = crate::store::fskind::detect(&config.root);
+    root_fs.log_once();
     if !read_only {
-        if let Err(reason) = crate::store::fskind::check_root(&config.root) {
+        if let Err(reason) = root_fs.writability() {
             log::warn!("{reason}");
             eprintln!("sessionfs: {reason}");
             read_only = true;
@@ -259,6 +261,8 @@ pub fn run_mount(
             mountpoint: config.mountpoint.clone(),
             options: settings,
             cache_cap_bytes: config.cache_bytes,
+            root_fs: root_fs.to_string(),
+            commit_protocol: format!("{:?}", root_fs.protocol()).to_lowercase(),
         },
         Arc::clone(&core),
     ));

@@ -112,6 +112,15 @@ pub struct Status {
     pub inodes: usize,
     /// Rough bytes of the root's catalog (project and session names).
     pub catalog_bytes: usize,
+    /// What the root lives on, as logged at start-up (kind, mount type,
+    /// `f_type`, mount point; `src/store/fskind.rs`).
+    pub root_fs: String,
+    /// The commit protocol chosen for it: `local` or `remote` (MOUNT.md,
+    /// Shared roots).
+    pub commit_protocol: String,
+    /// Lock files (`.sessionfs.lock`) this daemon holds now: one per
+    /// append being committed.
+    pub locks_held: usize,
 }
 
 impl Status {
@@ -142,6 +151,9 @@ impl Status {
             "views": { "sessions_read": self.view_sessions_read },
             "inodes": self.inodes,
             "catalog_bytes": self.catalog_bytes,
+            "root_fs": self.root_fs,
+            "commit_protocol": self.commit_protocol,
+            "locks_held": self.locks_held,
         })
     }
 }
@@ -157,6 +169,10 @@ pub struct StatusInfo {
     pub options: Map<String, Value>,
     /// Cap of the decoded-frame cache, in bytes.
     pub cache_cap_bytes: u64,
+    /// See [`Status::root_fs`].
+    pub root_fs: String,
+    /// See [`Status::commit_protocol`].
+    pub commit_protocol: String,
 }
 
 /// The status file of one mount: renders [`Status`] and serves its
@@ -211,6 +227,9 @@ impl StatusFile {
             view_sessions_read: crate::store::views::catalog::sessions_read(),
             inodes: self.core.inode_count(),
             catalog_bytes: self.core.store().discovery().approx_bytes(),
+            root_fs: self.info.root_fs.clone(),
+            commit_protocol: self.info.commit_protocol.clone(),
+            locks_held: crate::store::lease::locks_held(),
         }
     }
 

@@ -50,8 +50,9 @@
 //! * Environment overrides for tests: `SESSIONFS_LEASE_MS`,
 //!   `SESSIONFS_HOST_ID`, `SESSIONFS_BOOT_ID`, `SESSIONFS_CLOCK_OFFSET_MS`
 //!   ([`super::lease`]) and `SESSIONFS_FS_KIND` ([`super::fskind`]).
-//! * The mount's start-up calls [`super::fskind::check_root`] (logs the
-//!   kind once; `Err(reason)` means mount read-only).
+//! * The mount's start-up calls [`super::fskind::detect`], logs the kind
+//!   once ([`super::fskind::FsInfo::log_once`]) and mounts read-only when
+//!   [`super::fskind::FsInfo::writability`] says why it must.
 
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -441,18 +441,6 @@ fn unescape_octal(s: &str) -> std::ffi::OsString {
     std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&out))
 }
 
-/// The mount's start-up check: identifies what `root` lives on, logs it
-/// once (writing nothing), and says whether writes may be allowed.
-///
-/// Errors: `Err(reason)` when the kind cannot give exclusive create or
-/// read-back ([`FsInfo::writability`]): the caller mounts read-only and
-/// shows the reason.
-pub fn check_root(root: &Path) -> Result<(), String> {
-    let info = detect(root);
-    info.log_once();
-    info.writability()
-}
-
 /// The commit protocol for the file system holding `path`, detected once
 /// per device (st_dev) and cached for the life of the process; logs the
 /// kind once. A path that cannot be examined gets

@@ -569,6 +569,16 @@ impl Shared {
     }
 }
 
+/// Lock files this process holds now (guards alive), for the mount's
+/// status file.
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many lock files this process holds now (one per append under way
+/// on a transcript; 0 when nothing is being committed).
+pub fn locks_held() -> usize {
+    HELD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A held lock: renewed by a thread while it lives, released (unlinked)
 /// when dropped if it is still this holder's and the lease has not ended.
 pub struct LockGuard {
@@ -598,6 +608,7 @@ impl LockGuard {
             cfg: *cfg,
             protocol,
         });
+        HELD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let s = Arc::clone(&shared);
         let lock_path = path.clone();
         let renewer = thread::Builder::new()
@@ -700,6 +711,7 @@ fn renew_loop(s: &Shared, path: &Path) {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        HELD.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         *self.shared.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.shared.wake.notify_all();
         if let Some(t) = self.renewer.take() {
