@@ -1219,7 +1219,7 @@ fn crash_round(label: &str, a_clock_offset: Option<&str>) {
         assert!(
             Path::new(LIBFAKETIME).exists(),
             "{LIBFAKETIME} is missing: install the Debian package faketime \
-             (scripts/install-net-test-deps.sh)"
+             (scripts/install-test-deps.sh)"
         );
         envs_a.extend([
             (OsStr::new("LD_PRELOAD"), OsStr::new(LIBFAKETIME)),

@@ -65,7 +65,7 @@ pub fn require_tool(tool: &str, package: &str) -> PathBuf {
     }
     panic!(
         "`{tool}` is missing: the shared-root network tests need the Debian package `{package}` \
-         (as root: scripts/install-net-test-deps.sh, which .ci/run and scripts/test.sh call). \
+         (as root: scripts/install-test-deps.sh, which .ci/run and scripts/test.sh call). \
          These tests never skip."
     );
 }
@@ -251,7 +251,7 @@ impl Sshd {
         let sftp_server = Path::new("/usr/lib/openssh/sftp-server");
         assert!(
             sftp_server.exists(),
-            "{} is missing: install openssh-sftp-server (scripts/install-net-test-deps.sh)",
+            "{} is missing: install openssh-sftp-server (scripts/install-test-deps.sh)",
             sftp_server.display()
         );
         // sshd refuses to start without its privilege separation directory,
