@@ -170,3 +170,18 @@ fn by_id_lists_and_resolves_only_what_the_caller_can_reach() {
         .lookup_as(&Caller::root(), by_id, OsStr::new("closed"))
         .is_ok());
 }
+
+/// A mount only its owner can reach (no `allow_other`, no `allow_root`)
+/// lets the kernel cache the views like any other directory; the filter
+/// still applies to the one caller.
+#[test]
+fn views_are_cached_when_only_the_owner_can_reach_the_mount() {
+    let (_tmp, _root, mut core) = core_over(&[("solo", "/srv/app")]);
+    core.set_single_caller(true);
+    let by_id = core.lookup(ROOT_INO, OsStr::new(".by-id")).unwrap().ino;
+    let by_date = core.lookup(ROOT_INO, OsStr::new(".by-date")).unwrap().ino;
+    assert!(!core.is_per_user(by_id));
+    assert!(!core.is_per_user(by_date));
+    assert!(!core.opendir(by_id).unwrap(), "listing may be cached");
+    assert!(core.lookup(by_id, OsStr::new("solo")).is_ok());
+}

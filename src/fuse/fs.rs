@@ -141,6 +141,8 @@ pub struct SessionFs {
     pub(super) renderings: super::rendered::Renderings,
     /// The `.by-*` views' catalog (see `views.rs`).
     pub(super) views: ViewCatalog,
+    /// Only the mount's owner can reach it ([`SessionFs::set_single_caller`]).
+    single_caller: bool,
 }
 
 /// How old a views' snapshot may be when a request uses it: half the
@@ -222,6 +224,7 @@ impl SessionFs {
             inodes: InodeTable::default(),
             handles: HandleTable::default(),
             budget: Arc::new(PendingBudget::new(DEFAULT_PENDING_BUDGET)),
+            single_caller: false,
             virtual_dirs: Mutex::new(HashSet::new()),
             batch_window,
             invalidate: Mutex::new(None),
@@ -236,6 +239,15 @@ impl SessionFs {
     /// Appending). Call before the mount serves requests.
     pub fn set_pending_budget(&mut self, bytes: u64) {
         self.budget = Arc::new(PendingBudget::new(bytes));
+    }
+
+    /// Declares that the kernel lets only the mount's owner reach it
+    /// (neither `allow_other` nor `allow_root`): the views' listings and
+    /// entries, the same for every caller there can be, may then be cached
+    /// by the kernel like any other. Call before the mount serves requests;
+    /// without it the views are treated as differing between callers.
+    pub fn set_single_caller(&mut self, yes: bool) {
+        self.single_caller = yes;
     }
 
     /// Sends attribute invalidations of committed transcripts to `tx` (a
@@ -280,10 +292,11 @@ impl SessionFs {
     /// only when [`SessionFs::visible_to`] the caller, in lookup and in
     /// listing.
     pub fn is_per_user(&self, parent: u64) -> bool {
-        matches!(
-            self.inodes.node(parent),
-            Some((_, Node::ById | Node::ViewDir { .. }))
-        )
+        !self.single_caller
+            && matches!(
+                self.inodes.node(parent),
+                Some((_, Node::ById | Node::ViewDir { .. }))
+            )
     }
 
     /// Opens directory `ino` for listing; returns whether its listing

@@ -245,6 +245,7 @@ pub fn run_mount(
     let batch_window = Duration::from_millis(config.batch_ms);
     let mut core = SessionFs::new(Arc::new(store), batch_window);
     core.set_pending_budget(config.pending_budget);
+    core.set_single_caller(!(config.allow_other || config.allow_root));
     let core = Arc::new(core);
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
