@@ -172,8 +172,9 @@ fn by_id_lists_and_resolves_only_what_the_caller_can_reach() {
 }
 
 /// A mount only its owner can reach (no `allow_other`, no `allow_root`)
-/// lets the kernel cache the views like any other directory; the filter
-/// still applies to the one caller.
+/// lets the kernel cache the views' entries like any other; their
+/// listings are never cached (sessions come and go without the view's
+/// mtime changing).
 #[test]
 fn views_are_cached_when_only_the_owner_can_reach_the_mount() {
     let (_tmp, _root, mut core) = core_over(&[("solo", "/srv/app")]);
@@ -182,6 +183,11 @@ fn views_are_cached_when_only_the_owner_can_reach_the_mount() {
     let by_date = core.lookup(ROOT_INO, OsStr::new(".by-date")).unwrap().ino;
     assert!(!core.is_per_user(by_id));
     assert!(!core.is_per_user(by_date));
-    assert!(!core.opendir(by_id).unwrap(), "listing may be cached");
+    assert!(core.opendir(by_id).unwrap(), "the listing is not cached");
+    assert!(core.opendir(by_date).unwrap(), "the listing is not cached");
+    assert!(
+        !core.opendir(ROOT_INO).unwrap(),
+        "the root's listing may be"
+    );
     assert!(core.lookup(by_id, OsStr::new("solo")).is_ok());
 }

@@ -349,16 +349,17 @@ impl Filesystem for Adapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // Readdir keeps no state per open directory: the handle is 0. The
-        // kernel may cache a listing (and keep it across opens) unless it
-        // differs between callers.
+        // kernel may cache a listing (and keep it across opens) unless the
+        // core says it changes without the directory's mtime or differs
+        // between callers (the views).
         let r = call(
             "opendir",
             || format!("inode {}", ino.0),
             || self.core.opendir(ino.0),
         );
         match r {
-            Ok(per_user) => {
-                let flags = if per_user {
+            Ok(uncached) => {
+                let flags = if uncached {
                     FopenFlags::empty()
                 } else {
                     FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE

@@ -242,10 +242,12 @@ impl SessionFs {
     }
 
     /// Declares that the kernel lets only the mount's owner reach it
-    /// (neither `allow_other` nor `allow_root`): the views' listings and
-    /// entries, the same for every caller there can be, may then be cached
-    /// by the kernel like any other. Call before the mount serves requests;
-    /// without it the views are treated as differing between callers.
+    /// (neither `allow_other` nor `allow_root`): the views' entries, the
+    /// same for every caller there can be, may then be cached by the
+    /// kernel for the attribute timeout like any other (their listings
+    /// still are not: [`SessionFs::opendir`]). Call before the mount
+    /// serves requests; without it the views are treated as differing
+    /// between callers.
     pub fn set_single_caller(&mut self, yes: bool) {
         self.single_caller = yes;
     }
@@ -286,26 +288,32 @@ impl SessionFs {
     }
 
     /// Whether the entries of directory `parent` differ between callers
-    /// (a `.by-*` view): the kernel must not cache them (zero entry
-    /// timeout, no directory cache), since its caches are shared between
-    /// users. A new view lists its directory node here and shows a session
+    /// (a `.by-*` view while other users may reach the mount): the kernel
+    /// must not cache them (zero entry timeout), since its caches are
+    /// shared between users. A new view lists its directory node here and shows a session
     /// only when [`SessionFs::visible_to`] the caller, in lookup and in
     /// listing.
     pub fn is_per_user(&self, parent: u64) -> bool {
-        !self.single_caller
-            && matches!(
-                self.inodes.node(parent),
-                Some((_, Node::ById | Node::ViewDir { .. }))
-            )
+        !self.single_caller && self.is_view_dir(parent)
     }
 
-    /// Opens directory `ino` for listing; returns whether its listing
-    /// differs between callers (then the kernel must not cache it).
+    /// Whether `ino` is `.by-id` or a directory of a `.by-*` view.
+    fn is_view_dir(&self, ino: u64) -> bool {
+        matches!(
+            self.inodes.node(ino),
+            Some((_, Node::ById | Node::ViewDir { .. }))
+        )
+    }
+
+    /// Opens directory `ino` for listing; returns whether the kernel must
+    /// not cache its listing: a view's listing changes when sessions come
+    /// and go without its own mtime changing (the kernel keeps a cached
+    /// listing until the mtime moves), and may differ between callers.
     ///
     /// Errors: ENOENT for an unknown inode.
     pub fn opendir(&self, ino: u64) -> FsResult<bool> {
         self.node(ino)?;
-        Ok(self.is_per_user(ino))
+        Ok(self.is_view_dir(ino))
     }
 
     /// Whether the `.by-*` views show `caller` the session
