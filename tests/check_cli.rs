@@ -13,8 +13,14 @@ fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
 }
 
+/// `$XDG_STATE_HOME` of the commands run here (the quarantine folder of
+/// `--repair` is under it): in the build's scratch folder, not `$HOME`.
+const QUARANTINE_HOME: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/check-cli-state");
+
 fn check(args: &[&Path], repair: bool) -> (i32, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+    // Repairs copy what they cut to the quarantine folder: keep it out of $HOME.
+    cmd.env("XDG_STATE_HOME", QUARANTINE_HOME);
     cmd.arg("check");
     if repair {
         cmd.arg("--repair");
@@ -72,6 +78,7 @@ fn repair_truncates_a_torn_tail_to_the_committed_prefix() {
 fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_sessionfs"))
         .args(args)
+        .env("XDG_STATE_HOME", QUARANTINE_HOME)
         .env_remove("RUST_LOG")
         .output()
         .expect("run sessionfs")

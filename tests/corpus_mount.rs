@@ -87,8 +87,9 @@ const DAMAGED: &[Damaged] = &[
     damaged("stray-files",    "--home-alice-work-app--/zero-byte/session.jsonl",       Lookup, "--home-alice-work-app--/zero-byte"),
     // no complete header frame
     damaged("torn",           "--home-alice-work-app--/torn-in-header-frame/session.jsonl", Lookup, "--home-alice-work-app--/torn-in-header-frame"),
-    // garbage after the last frame: structural, seen at lookup
-    damaged("corrupt-tail",   "--home-alice-work-app--/garbage-appended/session.jsonl", Lookup, "--home-alice-work-app--/garbage-appended"),
+    // garbage after the last frame: damage after the header frame, the
+    // verified prefix is served and a read reaching the damage fails
+    damaged("corrupt-tail",   "--home-alice-work-app--/garbage-appended/session.jsonl", AtRead, "--home-alice-work-app--/garbage-appended"),
     // a flipped byte inside a complete middle frame: seen when a read touches it
     damaged("corrupt-tail",   "--home-alice-work-app--/bitflip-middle-frame/session.jsonl", AtRead, "--home-alice-work-app--/bitflip-middle-frame"),
 ];

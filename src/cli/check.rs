@@ -92,7 +92,14 @@ fn check_report_text(r: &crate::store::check::CheckReport) -> String {
                  committed; restore it from a backup or remove the session directory"
             )
         } else if r.repaired {
-            format!("{torn_unit} at byte {at}: truncated (repaired)")
+            match &r.quarantined {
+                Some(copy) => format!(
+                    "{torn_unit} at byte {at}: truncated (repaired); the cut bytes are kept \
+                     in {}",
+                    Shown(copy)
+                ),
+                None => format!("{torn_unit} at byte {at}: truncated (repaired)"),
+            }
         } else {
             format!("{torn_unit} at byte {at}: run with --repair to truncate it")
         });

@@ -414,14 +414,16 @@ impl SessionFs {
     }
 
     /// Opens a file with the `open(2)` flags `flags`; returns the file
-    /// handle and whether it is a writer (served without the page cache, so
-    /// that uncommitted bytes never sit in it).
+    /// handle and whether it is served without the page cache: a writer (so
+    /// that uncommitted bytes never sit in it) or a transcript with known
+    /// damage (so that reads at the damage fail instead of ending early).
     ///
     /// Errors: EISDIR for directories; EPERM for O_TRUNC of a non-empty
     /// transcript; the store's error for a damaged transcript.
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, bool)> {
         let (_, node) = self.node(ino)?;
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let mut bypass = false;
         let handle = match node {
             Node::Transcript { project, session } if writing => {
                 if flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
@@ -442,7 +444,12 @@ impl SessionFs {
                 )?))
             }
             Node::Transcript { project, session } => {
-                Handle::Transcript(self.store.transcript(&project, &session)?)
+                let t = self.store.transcript(&project, &session)?;
+                // Known damage: served without the page cache, so that the
+                // short read before the damage is not taken for the end of
+                // the file by the kernel, and a read at the damage fails.
+                bypass = t.known_damage();
+                Handle::Transcript(t)
             }
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
@@ -457,7 +464,7 @@ impl SessionFs {
             }
             _ => return Err(FsError::Errno(libc::EISDIR)),
         };
-        let writer = matches!(handle, Handle::Writer(_));
+        let writer = matches!(handle, Handle::Writer(_)) || bypass;
         Ok((self.add_handle(handle), writer))
     }
 

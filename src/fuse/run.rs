@@ -124,10 +124,14 @@ fn raise_fd_limit() {
 /// Keeps freed heap memory for reuse instead of returning it to the kernel
 /// after every read: frames and replies are allocated and freed at the
 /// read rate, and re-faulting their pages cost more than decoding them.
-/// The caches bound what is held.
+/// The caches bound what is held. At most two malloc arenas: glibc
+/// reserves 64 MiB of address space for each thread's arena, which under an
+/// address-space limit (`RLIMIT_AS` of 256 MiB) left no room for the
+/// request buffers, and the daemon aborted at start.
 fn keep_freed_memory() {
     // SAFETY: mallopt only tunes glibc's allocator.
     unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
     }

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
+use super::classify::{classify, Failure, WalkEnd};
 use super::error::{Result, StoreError};
 use super::frame::{encode_frame, walk_frame, FrameError, FrameInfo, FrameKind, Step};
 use super::lines::SeqCursor;
@@ -284,22 +285,37 @@ fn scan_zstd(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Res
     let (mut pos, hinted_next) = hint.map_or((0, None), |h| (h.offset, Some(h.next_seq)));
     let mut frames: Vec<FrameInfo> = Vec::new();
     loop {
-        match walk_frame(file, pos, len) {
+        let failure = match walk_frame(file, pos, len) {
             Ok(Step::End) => break,
-            Ok(Step::Torn) => return Ok(Scan::Torn { at: pos }),
+            Ok(Step::Torn) => Failure::Torn,
             Ok(Step::Frame(info)) => {
                 if matches!(info.kind, FrameKind::Data { .. }) {
                     frames.push(info);
                 }
                 pos = info.offset + info.len;
+                continue;
             }
             // The hint is not a frame boundary of this file after all
             // (replaced in place): walk it from the start.
             Err(FrameError::Corrupt { .. }) if hint.is_some() && frames.is_empty() => {
                 return scan_zstd(path, file, len, None);
             }
+            Err(FrameError::Corrupt { reason, .. }) => Failure::Corrupt(reason),
             Err(e) => return Err(StoreError::from_frame(path, e)),
-        }
+        };
+        // The one classifier decides whether this is a torn tail (wait for
+        // it, or refuse with TornTail) or damage (refused, never cut).
+        let end = classify(file, len, frames.last(), pos, failure)
+            .map_err(|e| StoreError::from_frame(path, e))?;
+        return match end {
+            WalkEnd::Clean | WalkEnd::Torn { .. } => Ok(Scan::Torn { at: pos }),
+            WalkEnd::Damaged(d) => Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                at: d.at,
+                resumes_at: d.resumes_at,
+                reason: d.reason,
+            }),
+        };
     }
     let next_seq = match last_line_of_frames(path, file, &frames)? {
         Some((line, offset)) => next_seq_from_last_line(path, Some(&line), offset)?,

@@ -94,14 +94,15 @@ impl FrameCache {
                 }
             }
         }
+        // The marker is removed (and waiters woken) however `decode` ends,
+        // an unwinding panic included: no reader waits for it forever.
+        let guard = InFlight { cache: self, key };
         let result = decode().map(Arc::new);
-        let mut inner = self.inner.lock();
-        inner.in_flight.remove(&key);
         if let Ok(frame) = &result {
+            let mut inner = self.inner.lock();
             Self::insert_locked(&mut inner, self.cap_bytes, key, Arc::clone(frame));
         }
-        drop(inner);
-        self.decoded.notify_all();
+        drop(guard);
         result
     }
 
@@ -165,6 +166,20 @@ impl FrameCache {
     }
 }
 
+/// The in-flight marker of one frame being decoded: dropping it removes
+/// the marker and wakes the readers waiting for that frame.
+struct InFlight<'a> {
+    cache: &'a FrameCache,
+    key: FrameKey,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.cache.inner.lock().in_flight.remove(&self.key);
+        self.cache.decoded.notify_all();
+    }
+}
+
 impl Default for FrameCache {
     fn default() -> Self {
         Self::new(DEFAULT_CACHE_BYTES)
@@ -186,5 +201,33 @@ mod tests {
         assert!(cache.get(&(1, 0)).is_none());
         cache.insert((1, 99), Arc::new(vec![0u8; 101]));
         assert!(cache.get(&(1, 99)).is_none());
+    }
+
+    #[test]
+    fn a_decode_that_unwinds_does_not_leave_readers_waiting() {
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let key = (7, 3);
+        let panicking = {
+            let cache = Arc::clone(&cache);
+            std::thread::spawn(move || {
+                let _ = cache.get_or_decode::<()>(key, || panic!("decoder unwinds"));
+            })
+        };
+        assert!(panicking.join().is_err(), "the decoder did not panic");
+        assert!(!cache.inner.lock().in_flight.contains(&key));
+        // A later reader decodes the frame itself instead of waiting for
+        // the marker of the decode that unwound (it would wait forever).
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let cache = Arc::clone(&cache);
+            std::thread::spawn(move || {
+                let r = cache.get_or_decode::<()>(key, || Ok(vec![1, 2, 3]));
+                let _ = tx.send(r.map(|v| v.to_vec()));
+            });
+        }
+        let r = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a reader of the frame still waits after 10 s");
+        assert_eq!(r, Ok(vec![1, 2, 3]));
     }
 }

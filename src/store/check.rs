@@ -14,10 +14,13 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use super::append::lock_whole_file;
+use super::classify::{walk as walk_frames, Damage, WalkEnd};
+use super::decode::{self, HeaderFrameError};
 use super::error::{Result, StoreError};
-use super::frame::{decode_frame, walk_frame, FrameError, FrameKind, Step};
+use super::frame::{FrameError, FrameInfo, FrameKind};
 use super::header::parse_header;
-use super::index::read_frame;
+use super::limits::MAX_LINE_BYTES;
+use super::quarantine::{root_and_rel, Quarantine};
 use super::transcript::Encoding;
 
 /// How many bad raw lines are named one by one; the rest are counted.
@@ -50,8 +53,14 @@ pub struct CheckReport {
     /// Problems that make the transcript unreadable in part or whole:
     /// corrupt frames, a bad header, bad lines; each names its byte offset.
     pub problems: Vec<String>,
+    /// Damage that is not a torn tail (from the classifier,
+    /// [`super::classify`]): where the walk fails and where verifiable
+    /// data resumes. `--repair` never changes such a file.
+    pub damage: Option<Damage>,
     /// Whether `--repair` truncated the torn tail.
     pub repaired: bool,
+    /// Where `--repair` copied the bytes it cut (the quarantine folder).
+    pub quarantined: Option<PathBuf>,
 }
 
 impl CheckReport {
@@ -122,9 +131,15 @@ pub fn describe_non_regular(path: &Path) -> Option<String> {
 /// ends with a complete line. Raw: checks that the first line is a valid
 /// header and every other line one JSON object.
 ///
-/// With `repair`, a torn tail is truncated away under the append lock
-/// (after which the file ends at its last complete frame or line), unless
-/// the header itself is torn; nothing else is ever changed. A path that is
+/// Where the frame walk fails, the classifier ([`super::classify`])
+/// decides between a torn tail and damage in the middle (verifiable data
+/// after the failure point), which is reported with both offsets.
+///
+/// With `repair`, a torn tail is copied to the quarantine folder
+/// ([`super::quarantine`], path in [`CheckReport::quarantined`]) and then
+/// truncated away under the append lock (after which the file ends at its
+/// last complete frame or line), unless the header itself is torn; nothing
+/// else is ever changed (damage in the middle never is). A path that is
 /// not a regular file is reported as a problem, not opened.
 ///
 /// Errors: [`StoreError::Io`] / [`StoreError::NotFound`] when the file
@@ -168,6 +183,16 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
         walk_all(&file, len, &mut report)?;
     }
     if let (true, Some(at), false) = (repair, report.torn_at, report.torn_in_header) {
+        // Every byte cut is copied to the quarantine folder first.
+        let (root, rel) = root_and_rel(path);
+        // The root is named by its real path, wherever check was run from.
+        let root = fs::canonicalize(&root).unwrap_or(root);
+        let copy = Quarantine::create(&root)
+            .and_then(|q| q.copy_range(&file, at, len, &rel))
+            .map_err(|e| {
+                StoreError::io("copy the torn tail to the quarantine folder for", path, e)
+            })?;
+        report.quarantined = Some(copy);
         file.set_len(at)
             .and_then(|()| file.sync_all())
             .map_err(|e| StoreError::io("truncate the torn tail of", path, e))?;
@@ -177,61 +202,137 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
 }
 
 fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
-    let mut offset = 0;
-    // Complete data frames seen, decodable or not: the header frame is
-    // complete once one is.
+    // Complete data frames walked, decodable or not (the header frame is
+    // complete once one is), and what the last one added to the counts.
     let mut data_frames = 0usize;
-    loop {
-        let info = match walk_frame(file, offset, len) {
-            Ok(Step::End) => return Ok(()),
-            Ok(Step::Torn) => {
-                report.torn_at = Some(offset);
-                report.torn_in_header = data_frames == 0;
-                return Ok(());
-            }
-            Ok(Step::Frame(info)) => info,
-            Err(FrameError::Io(e)) => return Err(StoreError::io("read", &report.path, e)),
-            Err(FrameError::Corrupt { offset, reason }) => {
-                report.problems.push(format!(
-                    "byte {offset}: {reason}; nothing after it can be read"
-                ));
-                return Ok(());
-            }
-        };
-        offset = info.offset + info.len;
+    let mut last_counted: Option<(u64, bool, u64)> = None;
+    let mut io_error: Option<std::io::Error> = None;
+    let end = walk_frames(file, 0, len, None, |info| {
         if info.kind == FrameKind::Skippable {
             report.skippable.push(info.offset);
-            continue;
+            return true;
         }
         data_frames += 1;
-        let plain = read_frame(file, &info).and_then(|bytes| decode_frame(&bytes, &info));
-        let plain = match plain {
-            Ok(p) => p,
-            Err(FrameError::Io(e)) => return Err(StoreError::io("read", &report.path, e)),
-            Err(FrameError::Corrupt { offset, reason }) => {
-                report
-                    .problems
-                    .push(format!("frame at byte {offset}: {reason}"));
-                continue;
-            }
+        let outcome = if data_frames == 1 {
+            check_header_frame(file, info, report)
+        } else {
+            check_frame(file, info, report)
         };
-        if report.frames == 0 {
-            let one_line =
-                plain.last() == Some(&b'\n') && plain.iter().filter(|&&b| b == b'\n').count() == 1;
-            if !one_line {
-                report
-                    .problems
-                    .push("the first frame is not exactly one header line".into());
-            } else if let Err(e) = parse_header(&plain[..plain.len() - 1]) {
+        match outcome {
+            Ok(Some(plain_len)) => {
+                report.frames += 1;
+                report.plain_len += plain_len;
+                last_counted = Some((info.offset, true, plain_len));
+            }
+            Ok(None) => last_counted = Some((info.offset, false, 0)),
+            Err(e) => {
+                io_error = Some(e);
+                return false;
+            }
+        }
+        true
+    });
+    if let Some(e) = io_error {
+        return Err(StoreError::io("read", &report.path, e));
+    }
+    let end = end.map_err(|e| match e {
+        FrameError::Io(e) => StoreError::io("read", &report.path, e),
+        FrameError::Corrupt { offset, reason } => StoreError::corrupt(&report.path, offset, reason),
+    })?;
+    match end {
+        WalkEnd::Clean => {}
+        WalkEnd::Torn { at } => {
+            report.torn_at = Some(at);
+            report.torn_in_header = data_frames == 0;
+        }
+        WalkEnd::Damaged(d) => {
+            // The classifier may put the damage at the last frame walked
+            // (it overlaps verifiable data): it is not counted then.
+            if let Some((offset, counted, plain_len)) = last_counted {
+                if offset >= d.at && counted {
+                    report.frames -= 1;
+                    report.plain_len -= plain_len;
+                }
+            }
+            let text = match d.resumes_at {
+                Some(r) => format!(
+                    "byte {}: {}; damaged in the middle: verifiable data resumes at byte {r}; \
+                     not a torn tail, so --repair changes nothing: restore the file from a \
+                     backup",
+                    d.at, d.reason
+                ),
+                None => format!(
+                    "byte {}: {}; nothing after it can be read, and --repair changes nothing",
+                    d.at, d.reason
+                ),
+            };
+            report.problems.push(text);
+            report.damage = Some(d);
+        }
+    }
+    Ok(())
+}
+
+/// Checks the header frame: one line, a valid header. Returns its plain
+/// length when it decodes, `None` (a problem noted) when it does not.
+fn check_header_frame(
+    file: &File,
+    info: &FrameInfo,
+    report: &mut CheckReport,
+) -> std::io::Result<Option<u64>> {
+    match decode::header_line(file, info) {
+        Ok(line) => {
+            if let Err(e) = parse_header(&line[..line.len() - 1]) {
                 report.problems.push(e.to_string());
             }
-        } else if plain.last().is_some_and(|&b| b != b'\n') {
+            Ok(Some(line.len() as u64))
+        }
+        Err(HeaderFrameError::Frame(FrameError::Io(e))) => Err(e),
+        Err(HeaderFrameError::Frame(FrameError::Corrupt { offset, reason })) => {
             report
                 .problems
-                .push(format!("frame at byte {}: ends inside a line", info.offset));
+                .push(format!("frame at byte {offset}: {reason}"));
+            Ok(None)
         }
-        report.frames += 1;
-        report.plain_len += plain.len() as u64;
+        Err(HeaderFrameError::LineTooLong) => {
+            report.problems.push(format!(
+                "header line longer than {MAX_LINE_BYTES} bytes (16 MiB), more than sessionfs \
+                 reads"
+            ));
+            Ok(None)
+        }
+        Err(HeaderFrameError::NotOneLine(why)) => {
+            report.problems.push(format!(
+                "the first frame is not exactly one header line ({why})"
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// Checks a frame after the header: decodes it (streaming, checksum
+/// verified) and checks that it ends with a complete line.
+fn check_frame(
+    file: &File,
+    info: &FrameInfo,
+    report: &mut CheckReport,
+) -> std::io::Result<Option<u64>> {
+    match decode::scan(file, info, false) {
+        Ok(summary) => {
+            if summary.last_byte.is_some_and(|b| b != b'\n') {
+                report
+                    .problems
+                    .push(format!("frame at byte {}: ends inside a line", info.offset));
+            }
+            Ok(Some(summary.plain_len))
+        }
+        Err(FrameError::Io(e)) => Err(e),
+        Err(FrameError::Corrupt { offset, reason }) => {
+            report
+                .problems
+                .push(format!("frame at byte {offset}: {reason}"));
+            Ok(None)
+        }
     }
 }
 

@@ -74,6 +74,21 @@ pub enum StoreError {
     /// is incomplete and stayed so: the mount never truncates, so nothing
     /// is appended (MOUNT.md, Appending). errno: EIO.
     TornTail { path: PathBuf, offset: u64 },
+    /// The transcript is damaged after its header frame and the damage is
+    /// not a torn tail: the walk fails at byte `at` (`reason`), and
+    /// verifiable data resumes at `resumes_at` when known (MOUNT.md, The
+    /// tree). Reads at or past the damage and appends fail; nothing is
+    /// ever cut. errno: EIO.
+    Damaged {
+        path: PathBuf,
+        at: u64,
+        resumes_at: Option<u64>,
+        reason: String,
+    },
+    /// The header line is longer than `limit` bytes (the most sessionfs
+    /// holds of one line): its own error, not a header-less file. errno:
+    /// EIO.
+    HeaderLineTooLong { path: PathBuf, limit: u64 },
     /// A session with this id already exists at `path`: a publication lost
     /// the same-id race, or the id was created twice (FORMAT.md, Writing).
     /// errno: EEXIST.
@@ -164,6 +179,8 @@ impl StoreError {
             | StoreError::DuplicateId { .. }
             | StoreError::Misplaced { .. }
             | StoreError::HeaderLess { .. }
+            | StoreError::Damaged { .. }
+            | StoreError::HeaderLineTooLong { .. }
             | StoreError::Corrupt { .. }
             | StoreError::UnsupportedVersion { .. }
             | StoreError::AmbiguousId { .. } => libc::EIO,
@@ -282,6 +299,30 @@ impl fmt::Display for StoreError {
                  running writer); nothing was appended, and the mount never truncates: stop \
                  other writers of this session, then run `sessionfs check --repair {}`",
                 Shown(path),
+                Shown(path)
+            ),
+            StoreError::Damaged {
+                path,
+                at,
+                resumes_at,
+                reason,
+            } => {
+                write!(f, "{}: damaged at byte {at} ({reason})", Shown(path))?;
+                if let Some(r) = resumes_at {
+                    write!(f, "; verifiable data resumes at byte {r}")?;
+                }
+                write!(
+                    f,
+                    ". This is not a torn tail: the transcript is readable up to the \
+                     damage, appends are refused and `sessionfs check --repair` changes \
+                     nothing; restore the file from a backup"
+                )
+            }
+            StoreError::HeaderLineTooLong { path, limit } => write!(
+                f,
+                "{}: header line longer than {limit} bytes (16 MiB), more than sessionfs \
+                 reads; the file is kept as is: read it with other tools or restore it \
+                 from a backup",
                 Shown(path)
             ),
             StoreError::AlreadyExists { path } => write!(

@@ -11,6 +11,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 
+use super::limits::{MAX_WHOLE_FRAME, MAX_WINDOW_LOG};
+
 /// Magic number of a Zstandard data frame (little-endian on disk).
 pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 /// Largest decompressed size of one block (RFC 8878 §3.1.1.2.4).
@@ -232,6 +234,12 @@ pub fn walk_frame<R: ReadAt + ?Sized>(
         let last = header & 1 != 0;
         let block_type = (header >> 1) & 3;
         let block_size = header >> 3;
+        if block_size > BLOCK_MAX_PLAIN {
+            return Err(corrupt(
+                pos,
+                format!("block of {block_size} bytes, more than a block may hold (128 KiB)"),
+            ));
+        }
         let payload = match block_type {
             0 => {
                 max_plain_len += block_size;
@@ -288,15 +296,42 @@ thread_local! {
         const { RefCell::new(None) };
 }
 
+/// The window size (bytes) the frame whose first bytes are `bytes` needs:
+/// its window descriptor, or its content size for a single-segment frame
+/// (RFC 8878 §3.1.1.1.2). `None` when `bytes` is too short to tell.
+pub fn window_size(bytes: &[u8]) -> Option<u64> {
+    let descriptor = *bytes.get(4)?;
+    if descriptor & 0x20 == 0 {
+        let w = *bytes.get(5)?;
+        let log = 10 + u64::from(w >> 3);
+        let base = 1u64 << log;
+        return Some(base + (base / 8) * u64::from(w & 7));
+    }
+    let dict_bytes = match descriptor & 3 {
+        3 => 4,
+        n => usize::from(n),
+    };
+    let fcs_bytes = match descriptor >> 6 {
+        0 => 1,
+        f => 1 << f,
+    };
+    let at = 5 + dict_bytes;
+    let raw = le(bytes.get(at..at + fcs_bytes)?);
+    Some(if fcs_bytes == 2 { raw + 256 } else { raw })
+}
+
 /// Decodes one complete data frame (`bytes` is exactly the frame, as
 /// [`walk_frame`] delimited it), verifying its checksum when it has one.
 ///
-/// Allocation is bounded by the frame's own blocks
-/// (`max_plain_len`), never by the header's claim; a decoded length that
-/// differs from the claimed content size is corruption.
+/// Allocation is bounded by [`MAX_WHOLE_FRAME`] and by the frame's own
+/// blocks (`max_plain_len`), never by the header's claim; a decoded length
+/// that differs from the claimed content size is corruption. Larger frames
+/// are read through [`super::decode`] instead.
 ///
 /// Errors: [`FrameError::Corrupt`] (offset = `info.offset`) when decoding
-/// fails, the checksum does not match, or the length is wrong.
+/// fails, the checksum does not match, the length is wrong, the frame
+/// needs a window larger than 2^[`MAX_WINDOW_LOG`] bytes, or it holds more
+/// than [`MAX_WHOLE_FRAME`] bytes.
 pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameError> {
     let FrameKind::Data {
         content_size,
@@ -310,25 +345,42 @@ pub fn decode_frame(bytes: &[u8], info: &FrameInfo) -> Result<Vec<u8>, FrameErro
         offset: info.offset,
         reason,
     };
+    if window_size(bytes).is_some_and(|w| w > 1 << MAX_WINDOW_LOG) {
+        return Err(corrupt(format!(
+            "frame needs a window larger than {} MiB, more than sessionfs decodes",
+            (1u64 << MAX_WINDOW_LOG) >> 20
+        )));
+    }
+    let bound = max_plain_len.min(MAX_WHOLE_FRAME);
     let plain = match content_size {
+        Some(size) if size > MAX_WHOLE_FRAME => {
+            return Err(corrupt(format!(
+                "frame of {size} bytes is too large to decode whole"
+            )))
+        }
         Some(size) => decode_sized(bytes, size)
             .map_err(|e| corrupt(format!("frame failed validation: {e}")))?,
         None => {
             let mut out = Vec::new();
-            let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(bytes)
                 .map_err(|e| corrupt(e.to_string()))?
                 .single_frame();
             decoder
-                .take(max_plain_len + 1)
+                .set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(MAX_WINDOW_LOG))
+                .map_err(|e| corrupt(e.to_string()))?;
+            decoder
+                .take(bound + 1)
                 .read_to_end(&mut out)
                 .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
             out
         }
     };
-    if plain.len() as u64 > max_plain_len {
-        return Err(corrupt(
-            "frame decodes to more than its blocks can hold".into(),
-        ));
+    if plain.len() as u64 > bound {
+        return Err(corrupt(if bound < max_plain_len {
+            "frame is too large to decode whole".into()
+        } else {
+            "frame decodes to more than its blocks can hold".into()
+        }));
     }
     if let Some(size) = content_size {
         if plain.len() as u64 != size {
@@ -392,6 +444,13 @@ impl FrameCursor {
                 reason: e.to_string(),
             })?
             .single_frame();
+        let mut decoder = decoder;
+        decoder
+            .set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(MAX_WINDOW_LOG))
+            .map_err(|e| FrameError::Corrupt {
+                offset: info.offset,
+                reason: e.to_string(),
+            })?;
         Ok(FrameCursor {
             key,
             offset: info.offset,
@@ -438,32 +497,6 @@ impl FrameCursor {
         }
         Ok(out)
     }
-}
-
-/// The decompressed length of one complete data frame, learned by
-/// streaming through it (checksum verified) without holding its content.
-///
-/// Errors: [`FrameError::Corrupt`] when decoding fails or the frame
-/// decodes to more than its blocks can hold.
-pub fn decoded_len(bytes: &[u8], info: &FrameInfo) -> Result<u64, FrameError> {
-    let FrameKind::Data { max_plain_len, .. } = info.kind else {
-        return Ok(0);
-    };
-    let corrupt = |reason: String| FrameError::Corrupt {
-        offset: info.offset,
-        reason,
-    };
-    let decoder = zstd::stream::read::Decoder::with_buffer(bytes)
-        .map_err(|e| corrupt(e.to_string()))?
-        .single_frame();
-    let n = std::io::copy(&mut decoder.take(max_plain_len + 1), &mut std::io::sink())
-        .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
-    if n > max_plain_len {
-        return Err(corrupt(
-            "frame decodes to more than its blocks can hold".into(),
-        ));
-    }
-    Ok(n)
 }
 
 /// Decodes a frame whose content size is known (and already bounded by

@@ -7,7 +7,9 @@
 
 use std::ops::Range;
 
-use super::frame::{decoded_len, walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step};
+use super::classify::{classify, Damage, Failure, WalkEnd};
+use super::decode;
+use super::frame::{walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step};
 
 /// One complete data frame in the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,11 +32,18 @@ pub struct FrameIndex {
     walked_to: u64,
     /// Whether the last walk stopped at a torn frame.
     torn: bool,
-    /// Set when a frame without a content-size field failed to decode: its
-    /// length, and so every later offset, is unknown. The frame stays in
-    /// the index as one poison byte, so that reads reaching it fail with
-    /// the decoding error, and the walk never goes past it.
-    damaged: bool,
+    /// The last frame walked (data or skippable), for the classifier.
+    last_walked: Option<FrameInfo>,
+    /// Set when the walk met damage that is not a torn tail (see
+    /// [`super::classify`]), or a frame without a content-size field failed
+    /// to decode (its length, and so every later offset, is unknown). The
+    /// index then ends at the damage until the file changes length: the
+    /// view is the verified prefix plus one byte that no read returns.
+    damage: Option<Damage>,
+    /// File length when the damage was found: a file that changed length
+    /// since is walked again from the damage (a writer's bytes may have
+    /// been seen before they were all there), one that did not is not.
+    damage_file_len: u64,
 }
 
 impl FrameIndex {
@@ -48,8 +57,16 @@ impl FrameIndex {
         &self.frames
     }
 
-    /// Byte length of the decompressed view (complete frames only).
+    /// Byte length of the decompressed view: the complete frames, plus one
+    /// byte when the index ends at damage (so that no reader takes the
+    /// prefix for the whole transcript; reads there fail).
     pub fn plain_len(&self) -> u64 {
+        self.prefix_len() + u64::from(self.damage.is_some())
+    }
+
+    /// Byte length of the decompressed complete frames (the verified prefix
+    /// when the index ends at damage).
+    pub fn prefix_len(&self) -> u64 {
         self.frames
             .last()
             .map_or(0, |f| f.plain_offset + f.plain_len)
@@ -60,58 +77,74 @@ impl FrameIndex {
         self.walked_to
     }
 
-    /// Whether the file ended inside a frame at the last walk.
+    /// Whether the file ended inside a frame at the last walk (a torn
+    /// tail: nothing verifiable after it).
     pub fn is_torn(&self) -> bool {
         self.torn
     }
 
-    /// Whether the index ends in a frame that could not be decoded.
+    /// Whether the index ends at damage.
     pub fn is_damaged(&self) -> bool {
-        self.damaged
+        self.damage.is_some()
+    }
+
+    /// The damage the index ends at, if any.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
     }
 
     /// Walks the frames from where the last walk stopped to `file_len`,
     /// adding each complete data frame. A frame without a content-size
-    /// field is decoded once to learn its length (`frames_decoded` is
-    /// incremented for it); if that decoding fails, the frame is indexed as
-    /// one poison byte and the walk stops there for good (see `damaged`).
+    /// field is decoded once, streaming, to learn its length
+    /// (`frames_decoded` is incremented for it). Where the walk fails, the
+    /// classifier ([`super::classify`]) decides: a torn tail is left out
+    /// until it completes; damage ends the index (see
+    /// [`FrameIndex::damage`]), including a frame without a content-size
+    /// field that fails to decode, and is walked again from there only
+    /// when the file's length changed.
     ///
-    /// Errors: [`FrameError`] for structural corruption (the frames indexed
-    /// before it stay) or a failing read.
+    /// Errors: [`FrameError::Io`] when reading fails (the frames indexed
+    /// before stay).
     pub fn extend<R: ReadAt + ?Sized>(
         &mut self,
         src: &R,
         file_len: u64,
         frames_decoded: &mut u64,
     ) -> Result<(), FrameError> {
-        if self.damaged {
-            return Ok(());
+        if self.damage.is_some() {
+            if file_len == self.damage_file_len {
+                return Ok(());
+            }
+            self.damage = None;
+            self.last_walked = None;
         }
         self.torn = false;
         loop {
-            match walk_frame(src, self.walked_to, file_len)? {
-                Step::End => return Ok(()),
-                Step::Torn => {
-                    self.torn = true;
-                    return Ok(());
-                }
-                Step::Frame(info) => {
+            let failure = match walk_frame(src, self.walked_to, file_len) {
+                Ok(Step::End) => return Ok(()),
+                Ok(Step::Frame(info)) => {
                     if let FrameKind::Data { content_size, .. } = info.kind {
                         let plain_len = match content_size {
                             Some(size) => size,
                             None => {
                                 *frames_decoded += 1;
-                                match decoded_len(&read_frame(src, &info)?, &info) {
+                                match decode::verify(src, &info) {
                                     Ok(len) => len,
-                                    Err(FrameError::Corrupt { .. }) => {
-                                        self.damaged = true;
-                                        1
+                                    Err(FrameError::Corrupt { reason, .. }) => {
+                                        let next = info.offset + info.len;
+                                        self.damage = Some(Damage {
+                                            at: info.offset,
+                                            reason,
+                                            resumes_at: (next < file_len).then_some(next),
+                                        });
+                                        self.damage_file_len = file_len;
+                                        return Ok(());
                                     }
                                     Err(e) => return Err(e),
                                 }
                             }
                         };
-                        let plain_offset = self.plain_len();
+                        let plain_offset = self.prefix_len();
                         self.frames.push(IndexedFrame {
                             info,
                             plain_offset,
@@ -119,11 +152,34 @@ impl FrameIndex {
                         });
                     }
                     self.walked_to = info.offset + info.len;
-                    if self.damaged {
-                        return Ok(());
-                    }
+                    self.last_walked = Some(info);
+                    continue;
+                }
+                Ok(Step::Torn) => Failure::Torn,
+                Err(FrameError::Io(e)) => return Err(FrameError::Io(e)),
+                Err(FrameError::Corrupt { offset, reason }) => {
+                    Failure::Corrupt(if offset == self.walked_to {
+                        reason
+                    } else {
+                        format!("{reason} at byte {offset}")
+                    })
+                }
+            };
+            let last = self
+                .last_walked
+                .or_else(|| self.frames.last().map(|f| f.info));
+            match classify(src, file_len, last.as_ref(), self.walked_to, failure)? {
+                WalkEnd::Clean => {}
+                WalkEnd::Torn { .. } => self.torn = true,
+                WalkEnd::Damaged(d) => {
+                    self.frames.retain(|f| f.info.offset < d.at);
+                    self.walked_to = d.at;
+                    self.last_walked = None;
+                    self.damage = Some(d);
+                    self.damage_file_len = file_len;
                 }
             }
+            return Ok(());
         }
     }
 
@@ -131,7 +187,7 @@ impl FrameIndex {
     /// for [`FrameIndex::from_bytes`]: a little-endian table of 33 bytes a
     /// frame after a 16-byte preamble. A damaged index is not serialized.
     pub fn to_bytes(&self) -> Option<Vec<u8>> {
-        if self.damaged {
+        if self.damage.is_some() {
             return None;
         }
         let mut out = Vec::with_capacity(16 + self.frames.len() * 33);
@@ -185,7 +241,7 @@ impl FrameIndex {
                 return None;
             }
             compressed_end = offset.checked_add(len)?;
-            let plain_offset = index.plain_len();
+            let plain_offset = index.prefix_len();
             index.frames.push(IndexedFrame {
                 info: FrameInfo {
                     offset,
@@ -207,7 +263,7 @@ impl FrameIndex {
     /// view (clipped to the view), found by binary search. Empty frames
     /// inside the range are included; they cost nothing to read.
     pub fn frames_for(&self, offset: u64, len: u64) -> Range<usize> {
-        let end = offset.saturating_add(len).min(self.plain_len());
+        let end = offset.saturating_add(len).min(self.prefix_len());
         if offset >= end {
             return 0..0;
         }
@@ -275,5 +331,29 @@ mod tests {
         assert_eq!(idx.frames_for(2, 4), 1..2);
         assert_eq!(idx.frames_for(5, 2), 1..4);
         assert_eq!(idx.frames_for(10, 5), 0..0);
+    }
+
+    #[test]
+    fn damage_is_walked_again_once_the_file_changes_length() {
+        let head = encode_frame(b"h\n").unwrap();
+        let mut seen = head.clone();
+        seen.extend_from_slice(&[0u8; 8]); // a writer's bytes not all there yet
+        let mut idx = FrameIndex::new();
+        let mut decoded = 0;
+        idx.extend(&seen[..], seen.len() as u64, &mut decoded)
+            .unwrap();
+        let d = idx.damage().expect("zeros are not a frame").clone();
+        assert_eq!((d.at, d.resumes_at), (head.len() as u64, None));
+        assert_eq!(idx.plain_len(), 3);
+        // The same length: nothing is walked again.
+        idx.extend(&seen[..], seen.len() as u64, &mut decoded)
+            .unwrap();
+        assert!(idx.is_damaged());
+        let full = file_of(&[b"h\n", b"a\nb\n"]);
+        idx.extend(&full[..], full.len() as u64, &mut decoded)
+            .unwrap();
+        assert!(!idx.is_damaged());
+        assert_eq!(idx.plain_len(), 6);
+        assert_eq!(idx.frames().len(), 2);
     }
 }

@@ -10,14 +10,17 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use super::decode;
 use super::error::{Result, StoreError};
-use super::frame::{decode_frame, FrameInfo, FrameKind, ReadAt};
-use super::index::{read_frame, FrameIndex};
+use super::frame::{FrameInfo, FrameKind, ReadAt};
+use super::index::FrameIndex;
+use super::limits::MAX_LINE_BYTES;
 use super::lines::next_seq_after_line;
 
 /// The last line (with its `\n`) of the last non-empty data frame among
 /// `frames` (file order), and that frame's offset; `None` when every frame
-/// is empty. Frames whose header says they are empty are not decoded.
+/// is empty. Frames whose header says they are empty are not decoded;
+/// the others are decoded streaming, holding only their last line.
 ///
 /// Errors: [`StoreError::Corrupt`] when the frame fails its checksum or
 /// decoding, or does not end with a complete line; [`StoreError::Io`].
@@ -33,22 +36,29 @@ pub fn last_line_of_frames<R: ReadAt + ?Sized>(
         if content_size == Some(0) {
             continue;
         }
-        let bytes = read_frame(src, info).map_err(|e| StoreError::from_frame(path, e))?;
-        let mut plain = decode_frame(&bytes, info).map_err(|e| StoreError::from_frame(path, e))?;
-        if plain.is_empty() {
+        // Streamed: only the last line is kept, whatever the frame holds.
+        let summary = decode::scan(src, info, true).map_err(|e| StoreError::from_frame(path, e))?;
+        if summary.plain_len == 0 {
             continue;
         }
-        if plain.last() != Some(&b'\n') {
+        if summary.last_byte != Some(b'\n') {
             return Err(StoreError::corrupt(
                 path,
                 info.offset,
                 "complete frame ends inside a line",
             ));
         }
-        let body = &plain[..plain.len() - 1];
-        let start = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        plain.drain(..start);
-        return Ok(Some((plain, info.offset)));
+        let Some(line) = summary.last_line else {
+            return Err(StoreError::corrupt(
+                path,
+                info.offset,
+                format!(
+                    "the frame's last line is longer than {MAX_LINE_BYTES} bytes, more than \
+                     sessionfs holds"
+                ),
+            ));
+        };
+        return Ok(Some((line, info.offset)));
     }
     Ok(None)
 }

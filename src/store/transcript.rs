@@ -15,11 +15,14 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::cache::FrameCache;
+use super::classify::Damage;
+use super::decode::{self, HeaderFrameError};
 use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameCursor};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
+use super::limits::{MAX_LINE_BYTES, MAX_WHOLE_FRAME};
 
 /// How a root stores its transcripts (FORMAT.md, Layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +124,9 @@ pub struct Transcript {
     last_read_end: AtomicU64,
     /// Where a reader of a frame too large to cache stopped.
     large_frame: Mutex<Option<FrameCursor>>,
+    /// Set once a read met a frame that fails to decode: readers opened
+    /// after that are told (see [`Transcript::known_damage`]).
+    bad_frame_seen: std::sync::atomic::AtomicBool,
 }
 
 impl Transcript {
@@ -160,6 +166,7 @@ impl Transcript {
             frames_decoded,
             last_read_end: AtomicU64::new(u64::MAX),
             large_frame: Mutex::new(None),
+            bad_frame_seen: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -189,7 +196,12 @@ impl Transcript {
         self.refresh()?;
         let st = self.state.read();
         let line = match &st.view {
-            View::Zstd(index) => super::tail::last_complete_line(&self.path, &st.file, index)?,
+            View::Zstd(index) => {
+                if let Some(d) = index.damage() {
+                    return Err(damaged(&self.path, d));
+                }
+                super::tail::last_complete_line(&self.path, &st.file, index)?
+            }
             View::Raw { plain_len } => {
                 super::tail::last_raw_line(&self.path, &st.file, *plain_len)?
             }
@@ -203,6 +215,24 @@ impl Transcript {
             View::Zstd(index) => index.frames().len(),
             View::Raw { .. } => 0,
         }
+    }
+
+    /// The damage the view ends at (MOUNT.md, The tree: damage after the
+    /// header frame), if any: the view is then the verified prefix plus one
+    /// byte, and reads at or past the damage fail.
+    pub fn damage(&self) -> Option<Damage> {
+        match &self.state.read().view {
+            View::Zstd(index) => index.damage().cloned(),
+            View::Raw { .. } => None,
+        }
+    }
+
+    /// Whether reads of this transcript are known to fail somewhere: the
+    /// view ends at damage, or a read met a frame that fails to decode. A
+    /// reader opened then should bypass the page cache, so that a short
+    /// read before the damage is not taken for the end of the file.
+    pub fn known_damage(&self) -> bool {
+        self.bad_frame_seen.load(Ordering::Relaxed) || self.damage().is_some()
     }
 
     /// Re-stats the backing file and follows it: growth extends the view
@@ -276,8 +306,14 @@ impl Transcript {
     /// known end re-stat the file first, so a grown transcript is served
     /// without waiting for the attribute timeout.
     ///
-    /// Errors: [`StoreError::Corrupt`] when a touched frame fails its
-    /// checksum or decoding, or ends inside a line; [`StoreError::Io`].
+    /// A request that covers bytes before a frame that fails to decode (or
+    /// before the damage the view ends at) returns those bytes: a short
+    /// read (MOUNT.md, The tree; issue 9 item 4).
+    ///
+    /// Errors: [`StoreError::Corrupt`] when the request starts inside a
+    /// frame that fails its checksum or decoding, or ends inside a line;
+    /// [`StoreError::Damaged`] when it starts at or past the damage the
+    /// view ends at; [`StoreError::Io`].
     pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
         if offset.saturating_add(u64::from(size)) > self.state.read().plain_len() {
             self.refresh()?;
@@ -293,6 +329,11 @@ impl Transcript {
                 return self.read_raw(&file, offset, size, plain_len);
             }
         };
+        if let Some(d) = index.damage() {
+            if offset >= index.prefix_len() {
+                return Err(damaged(&self.path, d));
+            }
+        }
         let range = index.frames_for(offset, u64::from(size));
         let frames: Vec<(usize, IndexedFrame)> =
             range.clone().map(|i| (i, index.frames()[i])).collect();
@@ -325,21 +366,34 @@ impl Transcript {
         for (number, frame) in frames {
             let from = offset.saturating_sub(frame.plain_offset);
             let to = end.min(frame.plain_offset + frame.plain_len) - frame.plain_offset;
-            if frame.plain_len > LARGE_FRAME {
+            let part = if frame.plain_len > LARGE_FRAME {
                 // Never held whole: decoded through a cursor that a
                 // sequential reader keeps using.
-                out.extend(self.read_large(&file, (generation, number), &frame, from, to)?);
-                continue;
+                self.read_large(&file, (generation, number), &frame, from, to)
+            } else {
+                decoded_frame(
+                    &self.cache,
+                    &self.frames_decoded,
+                    &self.path,
+                    &file,
+                    (generation, number),
+                    &frame,
+                )
+                .map(|plain| plain[from as usize..to as usize].to_vec())
+            };
+            match part {
+                Ok(bytes) => out.extend_from_slice(&bytes),
+                Err(e @ StoreError::Io { .. }) => return Err(e),
+                Err(e) => {
+                    self.bad_frame_seen.store(true, Ordering::Relaxed);
+                    if out.is_empty() {
+                        return Err(e);
+                    }
+                    // A short read: the bytes before the bad frame.
+                    log::warn!("{e}; served the {} bytes before it", out.len());
+                    return Ok(out);
+                }
             }
-            let plain = decoded_frame(
-                &self.cache,
-                &self.frames_decoded,
-                &self.path,
-                &file,
-                (generation, number),
-                &frame,
-            )?;
-            out.extend_from_slice(&plain[from as usize..to as usize]);
         }
         Ok(out)
     }
@@ -412,7 +466,7 @@ impl Transcript {
 /// Frames larger than this (decompressed bytes) are never decoded whole
 /// into memory: a read decodes through the part it wants (memory stays
 /// bounded whatever a frame claims or holds).
-const LARGE_FRAME: u64 = 8 << 20;
+const LARGE_FRAME: u64 = MAX_WHOLE_FRAME;
 
 /// Frames decoded ahead of a sequential reader, at most.
 const READ_AHEAD_FRAMES: usize = 16;
@@ -431,9 +485,23 @@ fn decoded_frame(
 ) -> Result<Arc<Vec<u8>>> {
     cache.get_or_decode(key, || {
         frames_decoded.fetch_add(1, Ordering::Relaxed);
-        let bytes = read_frame(file, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
-        let plain =
-            decode_frame(&bytes, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
+        let plain = if frame.info.len <= MAX_WHOLE_FRAME {
+            let bytes =
+                read_frame(file, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
+            decode_frame(&bytes, &frame.info).map_err(|e| StoreError::from_frame(path, e))?
+        } else {
+            // Large compressed, small plain (the index says at most
+            // LARGE_FRAME): streamed, never read whole.
+            let mut plain = Vec::new();
+            let reader =
+                decode::open(file, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(reader, frame.plain_len + 1),
+                &mut plain,
+            )
+            .map_err(|e| StoreError::corrupt(path, frame.info.offset, e.to_string()))?;
+            plain
+        };
         if plain.len() as u64 != frame.plain_len {
             return Err(StoreError::corrupt(
                 path,
@@ -517,6 +585,25 @@ fn build_state(
     let mut persisted_frames = 0;
     let (view, header_line) = match encoding {
         Encoding::Zstd => {
+            // The header frame first, through the bounded stream: a file
+            // whose first frame is not one header line costs one line.
+            let first = first_data_frame(path, &file, meta.len())?;
+            let line = match decode::header_line(&file, &first) {
+                Ok(line) => line,
+                Err(HeaderFrameError::Frame(e)) => return Err(StoreError::from_frame(path, e)),
+                Err(HeaderFrameError::LineTooLong) => {
+                    return Err(StoreError::HeaderLineTooLong {
+                        path: path.to_path_buf(),
+                        limit: MAX_LINE_BYTES as u64,
+                    })
+                }
+                Err(HeaderFrameError::NotOneLine(why)) => {
+                    return Err(StoreError::header_less(
+                        path,
+                        format!("first frame is not exactly one header line: {why}"),
+                    ))
+                }
+            };
             let ident = FileIdent::of(&meta);
             let loaded = index_dir.and_then(|dir| index_store::load(dir, ident, &file, meta.len()));
             let loaded_frames = loaded.as_ref().map_or(0, |i| i.frames().len());
@@ -528,32 +615,26 @@ fn build_state(
             let View::Zstd(index) = &view else {
                 unreachable!("built as a zstd view")
             };
-            let Some(first) = index.frames().first() else {
-                let why = if index.is_torn() {
-                    "the file ends inside its header frame"
-                } else {
-                    "it holds no data frame"
-                };
-                return Err(StoreError::header_less(path, why));
-            };
-            let bytes =
-                read_frame(&file, &first.info).map_err(|e| StoreError::from_frame(path, e))?;
-            let plain =
-                decode_frame(&bytes, &first.info).map_err(|e| StoreError::from_frame(path, e))?;
-            let one_line =
-                plain.last() == Some(&b'\n') && plain.iter().filter(|&&b| b == b'\n').count() == 1;
-            if !one_line {
-                return Err(StoreError::header_less(
-                    path,
-                    "first frame is not exactly one header line",
-                ));
+            if index.frames().first().map(|f| f.info) != Some(first) {
+                // The classifier put the damage at the header frame itself.
+                let (at, why) = index.damage().map_or(
+                    (first.offset, "the header frame is damaged".to_string()),
+                    |d| (d.at, d.reason.clone()),
+                );
+                return Err(StoreError::corrupt(path, at, why));
             }
-            (view, plain)
+            (view, line)
         }
         Encoding::Raw => {
             let line =
                 first_line(&file, meta.len()).map_err(|e| StoreError::io("read", path, e))?;
             let Some(line) = line else {
+                if meta.len() > MAX_LINE_BYTES as u64 {
+                    return Err(StoreError::HeaderLineTooLong {
+                        path: path.to_path_buf(),
+                        limit: MAX_LINE_BYTES as u64,
+                    });
+                }
                 return Err(StoreError::header_less(
                     path,
                     "the first line is incomplete",
@@ -585,6 +666,30 @@ fn build_state(
     })
 }
 
+/// The first data frame of a zstd file of `file_len` bytes (skippable
+/// frames before it are walked over).
+///
+/// Errors: [`StoreError::HeaderLess`] when the file ends inside it or holds
+/// none; [`StoreError::Corrupt`] for structural corruption before it;
+/// [`StoreError::Io`].
+fn first_data_frame(path: &Path, file: &File, file_len: u64) -> Result<super::frame::FrameInfo> {
+    use super::frame::{walk_frame, FrameKind, Step};
+    let mut pos = 0;
+    loop {
+        match walk_frame(file, pos, file_len).map_err(|e| StoreError::from_frame(path, e))? {
+            Step::Frame(info) if info.kind == FrameKind::Skippable => pos = info.offset + info.len,
+            Step::Frame(info) => return Ok(info),
+            Step::Torn => {
+                return Err(StoreError::header_less(
+                    path,
+                    "the file ends inside its header frame",
+                ))
+            }
+            Step::End => return Err(StoreError::header_less(path, "it holds no data frame")),
+        }
+    }
+}
+
 /// Extends a view to a file of `file_len` bytes.
 fn extend_view(
     path: &Path,
@@ -608,14 +713,10 @@ fn extend_view(
     }
 }
 
-/// Longest first line read from a raw transcript, in bytes (a header line
-/// is a few hundred bytes; this bounds what a corrupt file can cost).
-const MAX_HEADER_LINE: u64 = 1 << 20;
-
 /// The first line of a raw file, `\n` included; `None` when the file has no
-/// complete first line within [`MAX_HEADER_LINE`] bytes.
+/// complete first line within [`MAX_LINE_BYTES`] bytes.
 fn first_line(file: &File, file_len: u64) -> io::Result<Option<Vec<u8>>> {
-    let len = file_len.min(MAX_HEADER_LINE) as usize;
+    let len = file_len.min(MAX_LINE_BYTES as u64) as usize;
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, 0)?;
     Ok(buf.iter().position(|&b| b == b'\n').map(|i| {
@@ -640,4 +741,14 @@ fn last_line_end(file: &File, from: u64, to: u64) -> io::Result<u64> {
         end = start;
     }
     Ok(from)
+}
+
+/// The error of a read or an append at the damage `d` of `path`.
+fn damaged(path: &Path, d: &Damage) -> StoreError {
+    StoreError::Damaged {
+        path: path.to_path_buf(),
+        at: d.at,
+        resumes_at: d.resumes_at,
+        reason: d.reason.clone(),
+    }
 }

@@ -376,6 +376,22 @@ impl Mount {
     /// `start`, with the watchdog set to abort the FUSE connection once the
     /// mount has been up for `limit` (for tests that legitimately run long).
     pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
+        Mount::start_inner(root, extra_args, limit, None)
+    }
+
+    /// `start`, with the daemon's address space limited to `bytes`
+    /// (`RLIMIT_AS`, set in the child before exec): a daemon that tries to
+    /// allocate more gets allocation failures instead of memory.
+    pub fn start_with_rlimit_as(root: &Path, extra_args: &[&str], bytes: u64) -> Mount {
+        Mount::start_inner(root, extra_args, watchdog_duration(), Some(bytes))
+    }
+
+    fn start_inner(
+        root: &Path,
+        extra_args: &[&str],
+        limit: Duration,
+        rlimit_as: Option<u64>,
+    ) -> Mount {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: these tests need FUSE (load the `fuse` module or run \
@@ -422,8 +438,17 @@ impl Mount {
         // killed), the daemon gets SIGTERM and unmounts itself.
         // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if let Some(bytes) = rlimit_as {
+                    let lim = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
