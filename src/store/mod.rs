@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod check;
 pub mod classify;
 pub mod decode;
+pub mod doctor;
 pub mod error;
 pub mod frame;
 pub mod header;
