@@ -117,7 +117,7 @@ pub(super) fn run(args: DoctorArgs) -> u8 {
             return EXIT_USAGE;
         }
     }
-    let progress = std::cell::RefCell::new(Progress::new(!args.json || true));
+    let progress = std::cell::RefCell::new(Progress::new(true));
     let mut scan = doctor::scan(path, &ScanOptions::default(), &|d, t| {
         progress.borrow_mut().tick(d, t)
     });

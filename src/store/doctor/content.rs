@@ -310,7 +310,7 @@ impl ContentCheck {
 /// A JSON value as a `seq`: a non-negative safe integer (`1.0` is 1).
 fn safe_seq(v: &Value) -> Option<u64> {
     if let Some(u) = v.as_u64() {
-        return (u <= (1 << 53) - 1).then_some(u);
+        return (u < (1 << 53)).then_some(u);
     }
     let f = v.as_f64()?;
     (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_991.0).then_some(f as u64)

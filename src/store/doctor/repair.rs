@@ -193,8 +193,7 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
             }
             continue;
         }
-        for k in 0..findings.len() {
-            let f = &findings[k];
+        for (k, f) in findings.iter().enumerate() {
             let done = match f.kind {
                 Kind::TornTail => torn_tail(&mut run, &path),
                 Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
