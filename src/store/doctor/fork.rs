@@ -31,24 +31,20 @@ pub fn fork_id(parent: &str, copy_bytes: &[u8]) -> String {
     }
 }
 
-/// The `seq` (or `seq0`) a line starts with and how many events it holds.
-fn span(v: &Map<String, Value>) -> Option<(u64, u64)> {
-    if let Some(s) = v.get("seq").and_then(Value::as_u64) {
-        return Some((s, 1));
+/// The `seq` (or `seq0`) a line starts with and how many events it holds
+/// (a packed row counts its members), as the store reads lines.
+pub fn line_span(line: &[u8]) -> Option<(u64, u64)> {
+    match super::super::lines::read_record(line) {
+        Ok(super::super::lines::Record::Event(s)) => Some((s.first, s.count)),
+        _ => None,
     }
-    let s0 = v.get("seq0").and_then(Value::as_u64)?;
-    let n = v
-        .get("data")
-        .and_then(|d| d.get("dt"))
-        .and_then(Value::as_array)
-        .map_or(1, |a| a.len() as u64);
-    Some((s0, n))
 }
 
 /// The fork's header line and event lines (each ending in `\n`): `parent`
 /// is the parent's header, `seed` its lines before the divergence (events
 /// with `seq` < the divergent history's first), `divergent` the other
-/// history's lines after the common part.
+/// history's lines after the common part. The fork's `createdAt` is the
+/// time of its last seed event (the same bytes on every run).
 ///
 /// Errors: a line that is not a JSON object with a `seq` (or `seq0`).
 pub fn fork_lines(
@@ -56,7 +52,6 @@ pub fn fork_lines(
     id: &str,
     seed: &[&[u8]],
     divergent: &[&[u8]],
-    now_ms: u64,
 ) -> Result<(Vec<u8>, Vec<u8>), String> {
     let mut events = Vec::new();
     let mut next = 0u64;
@@ -64,7 +59,7 @@ pub fn fork_lines(
     for line in seed {
         let v: Map<String, Value> =
             serde_json::from_slice(line).map_err(|e| format!("a seed line: {e}"))?;
-        let (first, n) = span(&v).ok_or("a seed line without seq")?;
+        let (first, n) = line_span(line).ok_or("a seed line without seq")?;
         if first != next {
             return Err(format!("the seed is not contiguous at seq {first}"));
         }
@@ -89,7 +84,7 @@ pub fn fork_lines(
     for line in divergent {
         let mut v: Map<String, Value> =
             serde_json::from_slice(line).map_err(|e| format!("a divergent line: {e}"))?;
-        let (_, n) = span(&v).ok_or("a divergent line without seq")?;
+        let (_, n) = line_span(line).ok_or("a divergent line without seq")?;
         if v.contains_key("seq") {
             v.insert("seq".into(), Value::from(next));
         } else {
@@ -101,7 +96,9 @@ pub fn fork_lines(
     }
     let mut h = parent.fields.clone();
     h.insert("id".into(), Value::from(id));
-    h.insert("createdAt".into(), Value::from(now_ms));
+    // Deterministic, so that a repair run again after a crash writes the
+    // same fork: the time of the last seed event.
+    h.insert("createdAt".into(), Value::from(last_time));
     h.insert("parentSession".into(), Value::from(parent.id.clone()));
     h.insert("seedLength".into(), Value::from(seed_len));
     let mut header = serde_json::to_vec(&h).map_err(|e| e.to_string())?;

@@ -217,7 +217,10 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
             });
         } else if is_publication_temp(&name) {
             let old = age(&meta, now);
-            if old >= TEMP_STALE_AFTER {
+            let doctors = name
+                .to_str()
+                .is_some_and(|n| n.contains(super::repair::DOCTOR_TEMP_HEX));
+            if old >= TEMP_STALE_AFTER || doctors {
                 out.findings.push(Finding::new(
                     path,
                     Kind::StaleTemporary,

@@ -101,16 +101,17 @@ fn sync_dir(dir: Option<&Path>) {
     }
 }
 
+/// The hex part of the doctor's own temporaries (publication temporaries
+/// by name, so never shown; one left by a killed run is stale at once).
+pub const DOCTOR_TEMP_HEX: &str = "d0c7d0c7d0c7";
+
 /// Writes `bytes` beside `path` and renames it over `path` (atomic).
 fn publish_over(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(
-        "{name}.{:012x}.tmp",
-        std::process::id() as u64 ^ 0xd0c
-    ));
+    let tmp = path.with_file_name(format!("{name}.{DOCTOR_TEMP_HEX}.tmp"));
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -290,7 +291,8 @@ fn convert(run: &mut Run, path: &Path, root_enc: Encoding) -> std::io::Result<St
         .ok_or_else(|| std::io::Error::other("no header"))?;
     let bytes = encode(root_enc, &text[..=nl], &text[nl + 1..])?;
     run.keep(path, "converted", Some(dest.clone()))?;
-    let tmp = dest.with_file_name(format!("{}.{:012x}.tmp", root_enc.file_name(), 0xc0de));
+    let tmp = dest.with_file_name(format!("{}.{DOCTOR_TEMP_HEX}.tmp", root_enc.file_name()));
+    let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -315,13 +317,25 @@ fn publish_fork(
     divergent: &[&[u8]],
 ) -> std::io::Result<PathBuf> {
     let id = fork_id(&parent.id, id_source);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     let (header, events) =
-        fork_lines(parent, &id, seed, divergent, now).map_err(std::io::Error::other)?;
-    super::super::publish::publish_session(root, encoding, &header, &events)
-        .map_err(|e| std::io::Error::other(e.to_string()))
+        fork_lines(parent, &id, seed, divergent).map_err(std::io::Error::other)?;
+    match super::super::publish::publish_session(root, encoding, &header, &events) {
+        Ok(p) => Ok(p),
+        // A run interrupted after publishing the fork: the same fork is
+        // there (same bytes), so the repair goes on.
+        Err(super::super::error::StoreError::AlreadyExists { path }) => {
+            let want = encode(encoding, &header, &events)?;
+            if fs::read(&path).ok().as_deref() == Some(want.as_slice()) {
+                Ok(path)
+            } else {
+                Err(std::io::Error::other(format!(
+                    "{} exists and is another session",
+                    Shown(&path)
+                )))
+            }
+        }
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
 }
 
 /// The seed of a fork: the lines (after the header) whose events come
@@ -426,21 +440,8 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
         if i == 0 {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_slice(l).map_err(std::io::Error::other)?;
-        let (s, n) = match (
-            v.get("seq").and_then(|s| s.as_u64()),
-            v.get("seq0").and_then(|s| s.as_u64()),
-        ) {
-            (Some(s), _) => (s, 1),
-            (None, Some(s0)) => (
-                s0,
-                v.get("data")
-                    .and_then(|d| d.get("dt"))
-                    .and_then(|d| d.as_array())
-                    .map_or(1, |a| a.len() as u64),
-            ),
-            _ => return Err(std::io::Error::other("a line without seq")),
-        };
+        let (s, n) =
+            super::fork::line_span(l).ok_or_else(|| std::io::Error::other("a line without seq"))?;
         if start < cut {
             next_main = s + n;
         } else if s == other_next {
