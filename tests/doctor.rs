@@ -646,3 +646,54 @@ fn progress_bar_on_a_terminal_only() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("scanning"));
 }
+
+/// `sessionfs cat` of a transcript with a corrupt middle frame prints the
+/// readable frames (what `zstd -dc` prints before it fails), then fails.
+#[test]
+fn cat_prints_the_readable_frames_then_fails() {
+    let root = corpus_dir().join("corrupt-tail/root");
+    let file = root.join(format!("{APP}/bitflip-middle-frame/session.jsonl.zstd"));
+    let out = Command::new(bin())
+        .args([
+            "cat".as_ref(),
+            root.as_os_str(),
+            "bitflip-middle-frame".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let z = Command::new("zstd").arg("-dc").arg(&file).output().unwrap();
+    assert!(!z.status.success());
+    assert!(!out.stdout.is_empty());
+    assert_eq!(out.stdout, z.stdout);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("byte 1098"));
+}
+
+/// `check` reports each problem once: a mismatched transcript is one
+/// `PROBLEM` entry (never `ok` first), a duplicate id one entry.
+#[test]
+fn check_reports_each_problem_once() {
+    for (case, name) in [("mismatch", "raw-session"), ("duplicate", "dup-id")] {
+        let out = Command::new(bin())
+            .args([
+                "check".as_ref(),
+                corpus_dir().join(case).join("root").as_os_str(),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        let about: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('\t') && l.contains(&format!("/{name}/")))
+            .collect();
+        assert!(
+            about.iter().filter(|l| l.starts_with("PROBLEM")).count() == 1,
+            "{case}: {text}"
+        );
+        assert!(
+            !about.iter().any(|l| l.starts_with("ok")) || case == "duplicate",
+            "{case}: {text}"
+        );
+    }
+}
