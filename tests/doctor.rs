@@ -697,3 +697,99 @@ fn check_reports_each_problem_once() {
         );
     }
 }
+
+/// Two writers interleaved their events after a common prefix: the
+/// transcript keeps the first writer's history (its committed frames byte
+/// for byte, its later lines after them), the other becomes a fork.
+#[test]
+fn interleaved_writers_are_split_into_two_histories() {
+    let (tmp, root) = case_copy("unpacked");
+    let id = "Session-A";
+    let path = root.join(APP).join(id).join("session.jsonl.zstd");
+    let original = lines_of(&path);
+    let n = original.len() - 1;
+    let k = n / 2;
+    // A: events 0..=k committed, then k+1..k+4 interleaved with B's k-2..k+1.
+    let b: Vec<String> = (0..4)
+        .map(|i| other_writer(&original[k - 1 + i], (k - 2 + i) as u64))
+        .collect();
+    let mut mixed = String::new();
+    for i in 0..4 {
+        mixed.push_str(&format!("{}\n{}\n", b[i], original[k + 1 + i]));
+    }
+    let mut bytes = frame(&joined(&original[..1]));
+    bytes.extend(frame(&joined(&original[1..=k])));
+    let committed = bytes.len();
+    bytes.extend(frame(&mixed));
+    fs::write(&path, &bytes).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "interleaved_writers".into(),
+            format!("{APP}/{id}/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let now = fs::read(&path).unwrap();
+    assert_eq!(
+        now[..committed],
+        bytes[..committed],
+        "the committed frames are kept byte for byte"
+    );
+    assert_eq!(
+        lines_of(&path),
+        original[..=k + 4].to_vec(),
+        "the first writer's history"
+    );
+    let forks = fork_dirs(&root.join(APP), id);
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_fork(
+        &forks[0].join("session.jsonl.zstd"),
+        id,
+        &original[..=k],
+        (k - 2) as u64,
+        &b,
+    );
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    let fork_id = forks[0].file_name().unwrap().to_str().unwrap();
+    assert_eq!(oracle::session(&o, fork_id)["load"]["ok"], true);
+    assert_eq!(oracle::session(&o, id)["load"]["ok"], true);
+}
+
+/// A `.sessionfs.lock` older than its lease is reported (never removed by
+/// --repair: the shared-root protocol's takeover owns that); a fresh one is not.
+#[test]
+fn a_stale_lock_file_is_reported() {
+    let (tmp, root) = case_copy("corrupt-header");
+    let dir = root.join(APP).join("valid-neighbour");
+    fs::write(dir.join(".sessionfs.lock"), br#"{"v":1,"lease_ms":15000}"#).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert!(
+        !findings(&report, &root)
+            .iter()
+            .any(|(k, _)| k == "stale_lock"),
+        "{report}"
+    );
+    assert_eq!(code, 1);
+    common::sh_ok(
+        "touch -d '-1 hour' \"$1\"",
+        [dir.join(".sessionfs.lock").as_os_str()],
+    );
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "stale_lock".into(),
+            format!("{APP}/valid-neighbour/.sessionfs.lock")
+        )),
+        "{got:?}"
+    );
+    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert!(dir.join(".sessionfs.lock").exists());
+    assert!(findings(&report, &root)
+        .iter()
+        .any(|(k, _)| k == "stale_lock"));
+}
