@@ -7,6 +7,7 @@
 # raised case counts, and the torn-tail tests. Counts can be overridden:
 #   SESSIONFS_MUTATION_CASES (default here 20000; CI: 400)
 #   SESSIONFS_MUTATION_MOUNT_ROUNDS (default here 20; CI: 2; 23 sessions each)
+#   SESSIONFS_CRASH_RUNS (doctor --repair killed; default here 500; CI: 50)
 #
 # Usage: scripts/torture.sh
 set -uo pipefail
@@ -14,6 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 export SESSIONFS_MUTATION_CASES="${SESSIONFS_MUTATION_CASES:-20000}"
 export SESSIONFS_MUTATION_MOUNT_ROUNDS="${SESSIONFS_MUTATION_MOUNT_ROUNDS:-20}"
+export SESSIONFS_CRASH_RUNS="${SESSIONFS_CRASH_RUNS:-500}"
 
 rows=()
 run() { # name, what was tried, cargo test arguments...
@@ -36,6 +38,8 @@ run "mutations, through a mount (RLIMIT_AS 256 MiB)" \
   "$((SESSIONFS_MUTATION_MOUNT_ROUNDS * 23)) mutated sessions, reads under a 10 s deadline" \
   --test mutation mutated_transcripts_through_a_mount_under_an_address_space_limit
 run "torn tails" "every byte offset of the last frame; 20 through a mount" --test torn_tail
+run "doctor --repair killed" "\${SESSIONFS_CRASH_RUNS:-500} SIGKILLs at random moments of a repair" \
+  --test doctor_crash
 run "issue 9 regression inputs" "damage in the middle, 1.5 GiB frame, long header, bad middle frame" \
   --test damage
 
