@@ -38,7 +38,7 @@ run "mutations, through a mount (RLIMIT_AS 256 MiB)" \
   "$((SESSIONFS_MUTATION_MOUNT_ROUNDS * 23)) mutated sessions, reads under a 10 s deadline" \
   --test mutation mutated_transcripts_through_a_mount_under_an_address_space_limit
 run "torn tails" "every byte offset of the last frame; 20 through a mount" --test torn_tail
-run "doctor --repair killed" "\${SESSIONFS_CRASH_RUNS:-500} SIGKILLs at random moments of a repair" \
+run "doctor --repair killed" "$SESSIONFS_CRASH_RUNS SIGKILLs at random moments of a repair" \
   --test doctor_crash
 run "issue 9 regression inputs" "damage in the middle, 1.5 GiB frame, long header, bad middle frame" \
   --test damage

@@ -330,7 +330,8 @@ mod tests {
         c.finish().0.into_iter().map(|f| f.kind).collect()
     }
 
-    const H: &str = r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"/x"}"#;
+    const H: &str =
+        r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"/x","delegationDepth":0}"#;
 
     #[test]
     fn known_types_are_sorted() {
@@ -358,7 +359,7 @@ mod tests {
         let u = r#"{"type":"x/new","seq":0,"time":1,"data":{}}"#;
         let i = r#"{"type":"x/new","seq":1,"time":1,"data":{},"ignorable":true}"#;
         assert_eq!(run(&[H, u, i]), vec![Kind::UnknownEventType]);
-        let w = r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"C:\\x"}"#;
+        let w = r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"C:\\x","delegationDepth":0}"#;
         assert_eq!(run(&[w]), vec![Kind::CwdRejected]);
         assert_eq!(run(&[u]), vec![Kind::HeaderLess]);
     }
