@@ -415,3 +415,58 @@ fn a_header_line_longer_than_the_limit_has_its_own_error() {
     write_session(&root, id, &frame);
     assert_refused_in_bounded_memory(&root, id, "header line longer than");
 }
+
+/// RLE blocks (500 MiB, twice the address-space limit) as the last frame
+/// of a valid transcript (one line of `x`, no content size): `list`, `check` and a mount (stat,
+/// the last bytes, an append) under RLIMIT_AS 256 MiB. The frame's length
+/// is learned and its last line looked for through the bounded stream; the
+/// line is longer than 16 MiB, so appends are refused with a message.
+#[test]
+fn a_last_frame_larger_than_the_address_space_costs_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let state = tmp.path().join("state");
+    let id = "hugelast";
+    let (mut bytes, _) = frames(&[header(id), event(0, 10)]);
+    let prefix_len = (header(id).len() + event(0, 10).len()) as u64;
+    bytes.extend(rle_frame(b"x", 4_000, b'x', Some(b"\n")));
+    let path = write_session(&root, id, &bytes);
+    let plain_len = prefix_len + 1 + 4_000 * 131_072 + 1;
+
+    let out = sessionfs(&["list".as_ref(), root.as_os_str()], &state, Some(AS_LIMIT));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&plain_len.to_string()),
+        "{}",
+        text(&out)
+    );
+    let out = sessionfs(
+        &["check".as_ref(), path.as_os_str()],
+        &state,
+        Some(AS_LIMIT),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let mut mount = Mount::start_with_rlimit_as(&root, &[], AS_LIMIT);
+    let view = mount.join(PROJECT).join(id).join("session.jsonl");
+    assert_eq!(fs::metadata(&view).unwrap().len(), plain_len);
+    let f = fs::File::open(&view).unwrap();
+    let mut tail = [0u8; 8];
+    f.read_exact_at(&mut tail, plain_len - 8).unwrap();
+    assert_eq!(&tail, b"xxxxxxx\n");
+    let append = sh(
+        "printf '%s\\n' \"$2\" >> \"$1\"",
+        [
+            view.as_os_str(),
+            event(1, 3).trim_end().as_ref() as &std::ffi::OsStr,
+        ],
+    );
+    assert!(
+        !append.status.success(),
+        "append after a 500 MiB line succeeded"
+    );
+    assert_eq!(fs::read(&path).unwrap(), bytes);
+    mount.assert_alive();
+    let log = mount.stop();
+    assert!(log.contains("longer than 16777216 bytes"), "{log}");
+}

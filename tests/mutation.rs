@@ -345,9 +345,15 @@ fn unpacked_files() -> &'static [(PathBuf, Vec<u8>)] {
 }
 
 /// The quarantine base of this test binary's repairs: in the build's
-/// scratch folder, never `$HOME`.
+/// scratch folder, never `$HOME`; emptied once per run.
 fn state_home() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mutation-state")
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mutation-state");
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    })
+    .clone()
 }
 
 /// A small deterministic generator for the mount sample.

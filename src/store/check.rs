@@ -351,11 +351,23 @@ fn walk_lines(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     let mut bad = 0usize;
     loop {
         line.clear();
-        let n = reader
+        // At most MAX_LINE_BYTES of a line are held; the rest is skipped.
+        let mut n = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
             .read_until(b'\n', &mut line)
             .map_err(|e| StoreError::io("read", &report.path, e))?;
         if n == 0 {
             break;
+        }
+        let too_long = line.last() != Some(&b'\n') && n > MAX_LINE_BYTES;
+        if too_long {
+            let (skipped, ended) =
+                skip_line(&mut reader).map_err(|e| StoreError::io("read", &report.path, e))?;
+            n += skipped as usize;
+            if ended {
+                line.truncate(0);
+                line.push(b'\n');
+            }
         }
         if line.last() != Some(&b'\n') {
             report.torn_at = Some(offset);
@@ -363,6 +375,15 @@ fn walk_lines(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
             break;
         }
         report.lines += 1;
+        if too_long {
+            report.problems.push(format!(
+                "line {} (byte {offset}): longer than {MAX_LINE_BYTES} bytes (16 MiB), more \
+                 than sessionfs reads",
+                report.lines
+            ));
+            offset += n as u64;
+            continue;
+        }
         let body = &line[..n - 1];
         if report.lines == 1 {
             if let Err(e) = parse_header(body) {
@@ -386,6 +407,29 @@ fn walk_lines(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     }
     report.plain_len = offset;
     Ok(())
+}
+
+/// Consumes `reader` up to and including the next `\n`, holding nothing:
+/// the bytes consumed, and whether a `\n` ended them.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
+    let mut skipped = 0u64;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok((skipped, false));
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok((skipped + i as u64 + 1, true));
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+                skipped += n as u64;
+            }
+        }
+    }
 }
 
 /// What a path given to `check` is.
@@ -469,4 +513,26 @@ pub fn transcripts_under(root: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raw_line_longer_than_the_limit_is_reported_not_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        let mut text = b"{\"type\":\"session\",\"version\":0,\"id\":\"r\",\"createdAt\":1,\"delegationDepth\":0}\n".to_vec();
+        text.extend(std::iter::repeat_n(b'a', MAX_LINE_BYTES + 10));
+        text.push(b'\n');
+        text.extend_from_slice(b"{\"type\":\"x\",\"seq\":0}\n");
+        fs::write(&path, &text).unwrap();
+        let r = check_transcript(&path, false).unwrap();
+        assert_eq!(r.lines, 3, "{r:?}");
+        assert_eq!(r.torn_at, None);
+        assert_eq!(r.plain_len, text.len() as u64);
+        assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+        assert!(r.problems[0].contains("longer than"), "{:?}", r.problems);
+    }
 }

@@ -302,4 +302,23 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    #[test]
+    fn a_last_frame_that_overlaps_a_verifiable_frame_is_the_damage() {
+        let (mut file, starts) = frames(&[b"h\n", b"{\"seq\":0}\n", b"{\"seq\":1}\n"]);
+        let (f1, f2) = (starts[1] as usize, starts[2] as usize);
+        // Frame 1's first block claims more bytes than it has: the walker
+        // takes a frame that runs into frame 2 and fails after it.
+        let block_at = f1 + 6;
+        let header =
+            u32::from_le_bytes([file[block_at], file[block_at + 1], file[block_at + 2], 0]);
+        let grown = header + ((((f2 - f1) as u32) / 2 + 8) << 3);
+        file[block_at..block_at + 3].copy_from_slice(&grown.to_le_bytes()[..3]);
+        match walk_all(&file) {
+            WalkEnd::Damaged(d) => {
+                assert_eq!((d.at, d.resumes_at), (f1 as u64, Some(f2 as u64)), "{d:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -98,7 +98,8 @@ pub fn prev_newline(file: &File, before: u64) -> io::Result<Option<u64>> {
 /// The last complete line (with its `\n`) of a raw transcript whose first
 /// `end` bytes are complete lines (`end` is 0 or follows a `\n`).
 ///
-/// Errors: [`StoreError::Io`].
+/// Errors: [`StoreError::Io`]; [`StoreError::Corrupt`] when the line is
+/// longer than [`MAX_LINE_BYTES`].
 pub fn last_raw_line(path: &Path, file: &File, end: u64) -> Result<Option<Vec<u8>>> {
     if end == 0 {
         return Ok(None);
@@ -106,6 +107,15 @@ pub fn last_raw_line(path: &Path, file: &File, end: u64) -> Result<Option<Vec<u8
     let start = prev_newline(file, end - 1)
         .map_err(|e| StoreError::io("read", path, e))?
         .map_or(0, |i| i + 1);
+    if end - start > MAX_LINE_BYTES as u64 {
+        return Err(StoreError::corrupt(
+            path,
+            start,
+            format!(
+                "the last line is longer than {MAX_LINE_BYTES} bytes, more than sessionfs holds"
+            ),
+        ));
+    }
     let mut line = vec![0u8; (end - start) as usize];
     file.read_exact_at(&mut line, start)
         .map_err(|e| StoreError::io("read", path, e))?;
