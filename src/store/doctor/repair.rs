@@ -196,7 +196,9 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
         }
         for (k, f) in findings.iter().enumerate() {
             let done = match f.kind {
-                Kind::TornTail => torn_tail(&mut run, &path),
+                Kind::TornTail => {
+                    torn_tail(&mut run, &path, f.offset.unwrap_or(0), scan.files[fi].raw)
+                }
                 Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
                 Kind::SeqDuplicate | Kind::InterleavedWriters => {
                     split_seq(&mut run, scan, fi, encoding)
@@ -215,18 +217,88 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
     run.folder()
 }
 
-/// A torn tail: the original copied whole, then cut by the damage
-/// branch's repair ([`crate::store::check::check_transcript`]).
-fn torn_tail(run: &mut Run, path: &Path) -> std::io::Result<String> {
-    run.keep(path, "rewritten", None)?;
-    let r = super::super::check::check_transcript(path, true)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    if !r.repaired {
-        return Err(std::io::Error::other("the tail is no longer torn"));
+/// Most decoded bytes read from a torn frame when salvaging its lines.
+const SALVAGE_LIMIT: u64 = 64 << 20;
+
+/// The complete lines a torn frame `fragment` decodes to before it ends,
+/// kept while each is a valid record continuing `seq` from `next` (the
+/// reference's load recovers the same records).
+fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut plain = Vec::new();
+    if let Ok(d) = zstd::stream::read::Decoder::new(fragment) {
+        let mut d = d.take(SALVAGE_LIMIT);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match d.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => plain.extend_from_slice(&buf[..n]),
+            }
+        }
     }
+    let mut kept = 0usize;
+    for line in plain.split_inclusive(|&b| b == b'\n') {
+        let Some(body) = line.strip_suffix(b"\n") else {
+            break;
+        };
+        match super::super::lines::read_record(body) {
+            Ok(super::super::lines::Record::Event(span)) if span.first == next => {
+                next = span.end();
+                kept += line.len();
+            }
+            _ => break,
+        }
+    }
+    plain.truncate(kept);
+    plain
+}
+
+/// A torn tail. When the torn frame's complete lines decode and continue
+/// the transcript, the file becomes its complete frames plus one frame of
+/// those lines, written beside it and renamed over it; otherwise the torn
+/// frame is cut by the damage branch's repair
+/// ([`crate::store::check::check_transcript`]). The original is copied
+/// whole to the quarantine folder first.
+fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<String> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    lock_whole_file(&file)?;
+    let bytes = fs::read(path)?;
+    let at_us = at as usize;
+    if at_us > bytes.len() {
+        return Err(std::io::Error::other("the file changed since the scan"));
+    }
+    let enc = if raw { Encoding::Raw } else { Encoding::Zstd };
+    let kept = if raw {
+        Vec::new()
+    } else {
+        let tmp = tempfile_like(&bytes[..at_us])?;
+        let prefix = readable_text(&tmp.0, enc)?;
+        match super::super::lines::next_seq_of_transcript(&prefix) {
+            Ok(next) => salvage(&bytes[at_us..], next),
+            Err(_) => Vec::new(),
+        }
+    };
+    run.keep(path, "rewritten", None)?;
+    if kept.is_empty() {
+        drop(file);
+        let r = super::super::check::check_transcript(path, true)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if !r.repaired {
+            return Err(std::io::Error::other("the tail is no longer torn"));
+        }
+        return Ok(format!(
+            "the torn last frame was cut at byte {at}; the original is in the quarantine folder"
+        ));
+    }
+    let lines = kept.iter().filter(|&&b| b == b'\n').count();
+    let mut new = bytes[..at_us].to_vec();
+    new.extend(encode_frame(&kept)?);
+    publish_over(path, &new)?;
+    drop(file);
     Ok(format!(
-        "the torn last frame was cut at byte {}; the original is in the quarantine folder",
-        r.torn_at.unwrap_or(0)
+        "the torn last frame at byte {at} was replaced by a frame of its {lines} complete \
+         lines that decode and continue the transcript; the original is in the quarantine \
+         folder"
     ))
 }
 
