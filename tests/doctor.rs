@@ -810,3 +810,60 @@ fn a_stale_lock_file_is_reported() {
         .iter()
         .any(|(k, _)| k == "stale_lock"));
 }
+
+/// A log re-encoded as one frame (header and events together): reported at
+/// byte 0, re-framed by --repair with the same decoded bytes; the reference
+/// then lists the root and loads the session.
+#[test]
+fn a_header_frame_holding_events_is_reframed() {
+    let (tmp, root) = case_copy("normal");
+    let path = root.join(format!("{APP}/clock-skew/session.jsonl.zstd"));
+    let text = zstd_dc(&path);
+    fs::write(&path, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "header_frame_holds_events".into(),
+            format!("{APP}/clock-skew/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}"); // and the Windows cwd's refusal
+    let (code, _) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0);
+    assert_eq!(zstd_dc(&path), text, "the same decoded bytes");
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    assert_eq!(oracle::session(&o, "clock-skew")["load"]["ok"], true);
+}
+
+/// A session directory renamed away from its header's id is moved back
+/// where the header says when that place is free; a transcript given alone
+/// is scanned alone.
+#[test]
+fn a_renamed_session_directory_is_moved_back() {
+    let (tmp, root) = case_copy("normal");
+    let app = root.join(APP);
+    fs::rename(app.join("clock-skew"), app.join("clock-skew-old")).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "misplaced".into(),
+            format!("{APP}/clock-skew-old/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    let (code, _) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0);
+    assert!(app.join("clock-skew/session.jsonl.zstd").is_file());
+    assert!(!app.join("clock-skew-old").exists());
+    let (code, one) = doctor_json(tmp.path(), &app.join("clock-skew/session.jsonl.zstd"), &[]);
+    assert_eq!(
+        (code, one["sessions"].as_array().unwrap().len()),
+        (0, 1),
+        "{one}"
+    );
+    assert_eq!(one["sessions"][0]["status"], "clean");
+}
