@@ -25,7 +25,16 @@ pub(super) fn run(args: CheckArgs) -> u8 {
     let path = &args.path;
     let shown = Shown(path);
     match classify(path) {
-        CheckTarget::File => check_files(std::slice::from_ref(path), args.repair, &Extra::new()).0,
+        CheckTarget::File => {
+            // The doctor's line findings about the file (seq, refusals).
+            let scan = doctor::scan(path, &ScanOptions::default(), &|_, _| {});
+            let raw = crate::store::check::is_raw_name(path);
+            let mut extra = Extra::new();
+            for f in scan.findings().filter(|f| adds_to_check(f.kind, raw)) {
+                extra.entry(f.path.clone()).or_default().push(f.clone());
+            }
+            check_files(std::slice::from_ref(path), args.repair, &extra).0
+        }
         CheckTarget::Root => check_root(path, args.repair),
         CheckTarget::SessionDir => problem_only(
             path,

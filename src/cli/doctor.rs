@@ -97,12 +97,24 @@ pub(super) fn run(args: DoctorArgs) -> u8 {
         eprintln!("sessionfs: doctor needs a ROOT or a TRANSCRIPT");
         return EXIT_USAGE;
     };
-    if !path.exists() {
-        eprintln!(
-            "sessionfs: {}: not found: give a session root or a transcript",
-            Shown(path)
-        );
-        return EXIT_ERROR;
+    {
+        use crate::store::check::{classify, CheckTarget};
+        let wrong = match classify(path) {
+            CheckTarget::File | CheckTarget::Root => None,
+            CheckTarget::SessionDir => Some(
+                "a session directory, not a session store root: give its transcript \
+                 (session.jsonl.zstd or session.jsonl) or the root"
+                    .to_string(),
+            ),
+            CheckTarget::ProjectDir => {
+                Some("a project directory, not a session store root: give the root".to_string())
+            }
+            CheckTarget::Other(what) => Some(what),
+        };
+        if let Some(what) = wrong {
+            eprintln!("sessionfs: {}: {what}", Shown(path));
+            return EXIT_ERROR;
+        }
     }
     if let Some(q) = &args.quarantine {
         let (root, q) = (
