@@ -105,6 +105,9 @@ pub struct ContentCheck {
     other_next: Option<u64>,
     /// Whether lines after the split went back to the first history.
     interleaved: bool,
+    /// Whether the last line was skipped unread (longer than sessionfs
+    /// reads): the next `seq` is taken as it comes.
+    seq_unknown: bool,
     /// Problems found, at most one per kind (the first), with counts.
     found: Vec<(LineFinding, u64)>,
 }
@@ -128,6 +131,13 @@ impl ContentCheck {
             },
             1,
         ));
+    }
+
+    /// Counts a line too long to be read (more than 16 MiB): it is not
+    /// judged, and the `seq` after it is taken as it comes.
+    pub fn skip_line(&mut self) {
+        self.lines += 1;
+        self.seq_unknown = true;
     }
 
     /// Checks one complete line (without its `\n`) at `plain_offset`.
@@ -230,6 +240,10 @@ impl ContentCheck {
     }
 
     fn seq(&mut self, first: u64, end: u64, plain_offset: u64) {
+        if std::mem::take(&mut self.seq_unknown) && self.other_next.is_none() {
+            self.next_seq = end;
+            return;
+        }
         if let Some(other) = self.other_next {
             // After a split: a line continues one of the two histories.
             if first == other {
