@@ -527,6 +527,7 @@ fn conflict_copies_become_forks() {
         fs::write(dir.join(name), &bytes).unwrap();
         expect.push((id, name, original, k, divergent, bytes));
     }
+    let before = tree_bytes(&root);
     let (_, report) = doctor_json(tmp.path(), &root, &[]);
     let got = findings(&report, &root);
     for (id, name, ..) in &expect {
@@ -564,6 +565,17 @@ fn conflict_copies_become_forks() {
             "the copy's original bytes are kept"
         );
     }
+    // --restore puts the copies back and removes the forks made from them.
+    let out = sessionfs(
+        tmp.path(),
+        &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(tree_bytes(&root) == before, "the root after --restore");
 }
 
 // ---- Output ----

@@ -449,6 +449,7 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
         .and_then(|f| f.header.clone())
         .ok_or_else(|| std::io::Error::other("the transcript beside it has no valid header"))?;
     let mut text = "the copy holds nothing the transcript lacks".to_string();
+    let mut made = None;
     if same < a.len() && same > 0 {
         let first_seq = serde_json::from_slice::<serde_json::Value>(a[same])
             .ok()
@@ -472,8 +473,12 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
             a.len() - same,
             Shown(&fork)
         );
+        made = Some(fork);
     }
-    let copy = run.set_aside(&c.path)?;
+    // The fork is recorded with the copy, so that --restore removes it.
+    let copy = run.keep(&c.path, "moved", made)?;
+    fs::remove_file(&c.path)?;
+    sync_dir(c.path.parent());
     Ok(format!(
         "{text}; the copy was moved to the quarantine folder as {}",
         Shown(&copy)

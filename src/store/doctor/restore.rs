@@ -119,6 +119,10 @@ fn restore_one(e: &Entry) -> Result<String, String> {
                 return Err("the place is taken".into());
             }
             put(copy, original, false).map_err(err)?;
+            if let Some(c) = &e.created {
+                // A fork made from this file (a conflict copy): it goes.
+                let _ = fs::remove_dir_all(Path::new(c).parent().unwrap_or(Path::new(c)));
+            }
             Ok("put back".into())
         }
         "rewritten" => {
