@@ -470,6 +470,7 @@ fn duplicate_seq_by_two_writers_becomes_a_fork() {
     let committed = bytes.len();
     bytes.extend(frame(&joined(&b)));
     fs::write(&path, &bytes).unwrap();
+    let before = tree_bytes(&root);
     let (_, report) = doctor_json(tmp.path(), &root, &[]);
     let got = findings(&report, &root);
     assert!(
@@ -499,6 +500,13 @@ fn duplicate_seq_by_two_writers_becomes_a_fork() {
     let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();
     let e: Value = serde_json::from_str(manifest.lines().next().unwrap()).unwrap();
     assert_eq!(fs::read(e["copy"].as_str().unwrap()).unwrap(), bytes);
+    // --restore puts the original back and removes the fork.
+    let out = sessionfs(
+        tmp.path(),
+        &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+    );
+    assert!(out.status.success());
+    assert!(tree_bytes(&root) == before, "the root after --restore");
 }
 
 #[test]
