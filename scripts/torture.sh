@@ -1,52 +1,78 @@
 #!/usr/bin/env bash
-# Long runs of the damage and crash tests, beyond the CI budget, ending in
-# a table of what was tried and what broke.
+# Long runs of the reliability tests (issue 9): the crash test (kill -9 of
+# the daemon during appends) and the mutation tests, at counts far above
+# what CI runs. Prints a table of what each step tried and what broke; the
+# README's "Reliability" section holds the last run's table.
 #
-# This version runs the store half of issue 9: the mutation tests over the
-# corpus (store level and through a mount under RLIMIT_AS 256 MiB) with
-# raised case counts, and the torn-tail tests. Counts can be overridden:
-#   SESSIONFS_MUTATION_CASES (default here 20000; CI: 400)
-#   SESSIONFS_MUTATION_MOUNT_ROUNDS (default here 20; CI: 2; 23 sessions each)
-#   SESSIONFS_CRASH_RUNS (doctor --repair killed; default here 500; CI: 50)
+# Every step is one line of STEPS below: NAME|WHAT IT TRIES|COMMAND. A step
+# passes when its command exits 0; its "tried" and "broke" columns come from
+# the last line of its output of the form `torture-summary: TRIED | BROKE`
+# (key=value pairs each), so a new step only has to print one. A failing
+# step's "broke" column is its first panic message. Add steps by appending
+# lines.
 #
-# Usage: scripts/torture.sh
+# Needs what scripts/test.sh needs (root, /dev/fuse, zstd, python3) and the
+# reference oracle installed as .ci/run installs it ($SESSIONFS_ORACLE_DIR).
+#
+# Usage: scripts/torture.sh [STEP...]     (default: every step, in order)
+#        TORTURE_SCALE=0.1 scripts/torture.sh   (a shortened run: counts x0.1)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-export SESSIONFS_MUTATION_CASES="${SESSIONFS_MUTATION_CASES:-20000}"
-export SESSIONFS_MUTATION_MOUNT_ROUNDS="${SESSIONFS_MUTATION_MOUNT_ROUNDS:-20}"
-export SESSIONFS_CRASH_RUNS="${SESSIONFS_CRASH_RUNS:-500}"
+scale=${TORTURE_SCALE:-1}
+n() { awk -v n="$1" -v s="$scale" 'BEGIN { v = int(n * s); print (v < 1 ? 1 : v) }'; }
 
-rows=()
-run() { # name, what was tried, cargo test arguments...
-  local name="$1" tried="$2"
-  shift 2
-  local log status
-  log="$(mktemp)"
-  if cargo test --release "$@" >"$log" 2>&1; then
-    status="ok"
-  else
-    status="BROKE (log: $log)"
-  fi
-  rows+=("| $name | $tried | $status |")
-  [ "$status" = ok ] && rm -f "$log"
+STEPS=(
+  "crash|kill -9 of the daemon during appends of 1 line to 1 MiB with fsync, $(n 1000) kills|SESSIONFS_CRASH_KILLS=$(n 1000) cargo test --test crash_mount -- --nocapture"
+  "mutations|$(n 20000) mutated corpus transcripts at the store level (bit flips, insertions, deletions, truncations, duplicated and swapped frames, skippable frames, huge size claims)|SESSIONFS_MUTATION_CASES=$(n 20000) cargo test --release --test mutation mutated_corpus_transcripts_serve_exactly_the_verified_prefix"
+  "mutations-mount|$(n 20) rounds of 23 mutated sessions read through a mount under RLIMIT_AS 256 MiB, each read under a 10 s deadline|SESSIONFS_MUTATION_MOUNT_ROUNDS=$(n 20) cargo test --release --test mutation mutated_transcripts_through_a_mount_under_an_address_space_limit"
+  "torn-tails|every byte offset of the last frame (store level), 20 through a mount|cargo test --release --test torn_tail"
+  "doctor-crash|kill -9 of sessionfs doctor --repair at random moments of a repair, $(n 500) kills|SESSIONFS_CRASH_RUNS=$(n 500) cargo test --release --test doctor_crash -- --nocapture"
+  "damage|issue 9's regression inputs: damage in the middle, 1.5 GiB frame, long header, bad middle frame|cargo test --release --test damage"
+)
+
+wanted=("$@")
+want() {
+  [ ${#wanted[@]} -eq 0 ] && return 0
+  local w
+  for w in "${wanted[@]}"; do [ "$w" = "$1" ] && return 0; done
+  return 1
 }
 
-run "mutations, store level" "$SESSIONFS_MUTATION_CASES mutated corpus transcripts" \
-  --test mutation mutated_corpus_transcripts_serve_exactly_the_verified_prefix
-run "mutations, through a mount (RLIMIT_AS 256 MiB)" \
-  "$((SESSIONFS_MUTATION_MOUNT_ROUNDS * 23)) mutated sessions, reads under a 10 s deadline" \
-  --test mutation mutated_transcripts_through_a_mount_under_an_address_space_limit
-run "torn tails" "every byte offset of the last frame; 20 through a mount" --test torn_tail
-run "doctor --repair killed" "$SESSIONFS_CRASH_RUNS SIGKILLs at random moments of a repair" \
-  --test doctor_crash
-run "issue 9 regression inputs" "damage in the middle, 1.5 GiB frame, long header, bad middle frame" \
-  --test damage
+cargo build --all-targets || exit 1
+
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/sessionfs-torture-XXXXXX")
+rows=()
+status=0
+for step in "${STEPS[@]}"; do
+  IFS='|' read -r name what cmd <<<"$step"
+  want "$name" || continue
+  echo "torture: $name: $cmd" >&2
+  start=$(date +%s)
+  bash -c "$cmd" >"$logdir/$name.log" 2>&1
+  rc=$?
+  secs=$(($(date +%s) - start))
+  summary=$(grep -a '^torture-summary:' "$logdir/$name.log" | tail -1 | sed 's/^torture-summary: *//')
+  tried=${summary%%|*}
+  broke=${summary#*|}
+  [ "$broke" != "$summary" ] || broke=""
+  if [ "$rc" -eq 0 ]; then
+    result=pass
+  else
+    result="FAIL (exit $rc)"
+    status=1
+    broke=$(grep -a -m1 -A1 'panicked at' "$logdir/$name.log" | tail -1 | cut -c1-200 | tr '|' '/')
+  fi
+  [ -n "$tried" ] || tried="(no summary; see the log)"
+  rows+=("| $name | $what | ${tried% } | ${broke# } | $result | ${secs}s |")
+done
 
 echo
-echo "| suite | tried | result |"
-echo "|---|---|---|"
+echo "sessionfs torture run, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), scale $scale"
+echo
+echo "| step | what | tried | broke | result | time |"
+echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
-for r in "${rows[@]}"; do
-  case "$r" in *BROKE*) exit 1 ;; esac
-done
+echo
+echo "logs: $logdir"
+exit "$status"

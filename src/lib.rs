@@ -8,6 +8,7 @@
 //! - [`fuse`]: a thin adapter that maps kernel requests to store calls and
 //!   store errors to errno values.
 
+pub mod api;
 pub mod cli;
 pub mod fuse;
 pub mod identity;

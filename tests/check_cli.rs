@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
-}
+use common::corpus_copy;
+use common::lines::header_line_version;
+use common::shared_dir as shared;
 
 /// `$XDG_STATE_HOME` of the commands run here (the quarantine folder of
 /// `--repair` is under it): in the build's scratch folder, not `$HOME`.
@@ -99,35 +99,8 @@ fn check_full(path: &Path, repair: bool) -> (i32, String, String) {
     )
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type().unwrap();
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-/// A private copy of corpus case `case`'s root.
-fn corpus_copy(case: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("root");
-    copy_tree(&shared().join("corpus").join(case).join("root"), &root);
-    (tmp, root)
-}
-
 fn header_line(id: &str, cwd: &str, version: u64) -> String {
-    format!(
-        "{{\"type\":\"session\",\"version\":{version},\"id\":\"{id}\",\"createdAt\":1767600000000,\
-         \"cwd\":\"{cwd}\",\"delegationDepth\":0}}\n"
-    )
+    header_line_version(id, Some(cwd), 1_767_600_000_000, version)
 }
 
 const EVENTS: &str = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n\

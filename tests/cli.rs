@@ -3,6 +3,8 @@
 //! directory elsewhere, so that nothing can depend on where the process
 //! stands.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
@@ -17,6 +19,9 @@ use sessionfs::store::naming::{encode_id, project_dir_name};
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
+use common::copy_tree;
+use common::lines::header_line;
+
 const SESSION_X: &str = "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
 const CSE_X: &str = "cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
 const BOB_NFC: &str = "/home/bob/\u{9879}\u{76EE}/caf\u{E9}";
@@ -24,22 +29,6 @@ const BOB_NFD: &str = "/home/bob/\u{9879}\u{76EE}/cafe\u{301}";
 
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type().unwrap();
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else if kind.is_symlink() {
-            symlink(fs::read_link(entry.path()).unwrap(), &target).unwrap();
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// A private copy of a corpus case's root, and a separate directory to run
@@ -86,16 +75,7 @@ impl Fixture {
 
     /// Writes a valid zstd session at the place its header derives.
     fn write_session(&self, id: &str, cwd: Option<&str>, created_at: u64) {
-        let mut header = serde_json::Map::new();
-        header.insert("type".into(), "session".into());
-        header.insert("version".into(), 0.into());
-        header.insert("id".into(), id.into());
-        header.insert("createdAt".into(), created_at.into());
-        if let Some(cwd) = cwd {
-            header.insert("cwd".into(), cwd.into());
-        }
-        header.insert("delegationDepth".into(), 0.into());
-        let header_line = format!("{}\n", Value::Object(header));
+        let header_line = header_line(id, cwd, created_at);
         let events = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n\
                       {\"type\":\"turn/end\",\"seq\":1,\"time\":2,\"data\":{\"turn\":1}}\n";
         let dir = self

@@ -19,7 +19,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{assert_errno, copy_tree, corpus_dir, list_dir, run_ok, sha256_hex, zstd_dc, Mount};
+use common::{assert_errno, corpus_dir, list_dir, run_ok, sha256_hex, zstd_dc, Mount};
 use serde_json::Value;
 
 /// Every case folder of the corpus; `corpus_cases_are_all_tested` fails if
@@ -126,12 +126,7 @@ fn load_expected(case: &str) -> Value {
 /// Copies `case`'s root into a temporary directory (restoring the empty
 /// directories the corpus lost).
 fn copy_case(case: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!("sessionfs-corpus-{case}-"))
-        .tempdir()
-        .unwrap();
-    let root = tmp.path().join("root");
-    copy_tree(&corpus_dir().join(case).join("root"), &root);
+    let (tmp, root) = common::corpus_copy(case);
     for (c, dir) in EMPTY_DIRS_LOST_IN_CORPUS {
         if *c == case {
             fs::create_dir_all(root.join(dir)).unwrap();
@@ -239,7 +234,7 @@ fn check_damaged(mnt: &Mount, d: &Damaged) {
     }
 }
 
-/// Root listing: every directory of the backing root (plus `.by-id`), and no
+/// Root listing: every directory of the backing root (plus the `.by-*` views), and no
 /// file of the root.
 fn check_root_listing(mnt: &Mount, root: &Path, case: &str) {
     let want: BTreeSet<OsString> = fs::read_dir(root)
@@ -250,7 +245,9 @@ fn check_root_listing(mnt: &Mount, root: &Path, case: &str) {
         .collect();
     let got: BTreeSet<OsString> = list_dir(mnt.path())
         .into_iter()
-        .filter(|n| n != ".by-id")
+        .filter(|n| {
+            ![".by-id", ".by-cwd", ".by-date", ".by-title"].contains(&n.to_str().unwrap_or(""))
+        })
         .collect();
     assert_eq!(
         got, want,

@@ -8,15 +8,13 @@
 //! bar shows on a terminal only.
 
 mod common;
-#[path = "oracle/helper.rs"]
-mod oracle;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{corpus_dir, zstd_dc};
+use common::{corpus_dir, oracle, zstd_dc};
 use serde_json::Value;
 
 fn bin() -> &'static str {
@@ -308,7 +306,7 @@ fn repair_damaged_cases_then_restore() {
                     rel.display()
                 );
                 let id = rel.parent().unwrap().file_name().unwrap().to_str().unwrap();
-                let s = oracle::session(&oracle_report, id);
+                let s = oracle::oracle_session(&oracle_report, id);
                 assert_eq!(
                     s["readRaw"]["content"].as_str().unwrap().as_bytes(),
                     zstd_dc(&p)
@@ -495,7 +493,7 @@ fn duplicate_seq_by_two_writers_becomes_a_fork() {
     );
     let fork_id = forks[0].file_name().unwrap().to_str().unwrap().to_string();
     let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
-    assert_eq!(oracle::session(&o, &fork_id)["load"]["ok"], true);
+    assert_eq!(oracle::oracle_session(&o, &fork_id)["load"]["ok"], true);
     let run = PathBuf::from(report["quarantine"].as_str().unwrap());
     let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();
     let e: Value = serde_json::from_str(manifest.lines().next().unwrap()).unwrap();
@@ -560,7 +558,7 @@ fn conflict_copies_become_forks() {
             divergent,
         );
         let fork_id = forks[0].file_name().unwrap().to_str().unwrap();
-        assert_eq!(oracle::session(&o, fork_id)["load"]["ok"], true);
+        assert_eq!(oracle::oracle_session(&o, fork_id)["load"]["ok"], true);
         let _ = bytes;
     }
     let run = PathBuf::from(report["quarantine"].as_str().unwrap());
@@ -792,8 +790,8 @@ fn interleaved_writers_are_split_into_two_histories() {
     );
     let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
     let fork_id = forks[0].file_name().unwrap().to_str().unwrap();
-    assert_eq!(oracle::session(&o, fork_id)["load"]["ok"], true);
-    assert_eq!(oracle::session(&o, id)["load"]["ok"], true);
+    assert_eq!(oracle::oracle_session(&o, fork_id)["load"]["ok"], true);
+    assert_eq!(oracle::oracle_session(&o, id)["load"]["ok"], true);
 }
 
 /// A `.sessionfs.lock` older than its lease is reported (never removed by
@@ -831,6 +829,34 @@ fn a_stale_lock_file_is_reported() {
         .any(|(k, _)| k == "stale_lock"));
 }
 
+/// The commit protocol's other files (a waiter's marker, a takeover claim,
+/// a breaker's temporary: `.sessionfs.lock*`, src/store/lease.rs) are left
+/// to the protocol: no finding, even an hour old, and --repair keeps them.
+#[test]
+fn the_lock_protocols_other_files_are_left_alone() {
+    let (tmp, root) = case_copy("corrupt-header");
+    let dir = root.join(APP).join("valid-neighbour");
+    let names = [
+        ".sessionfs.lock.wait",
+        ".sessionfs.lock.break.0123456789abcdef.0",
+        ".sessionfs.lock.0123456789abcdef.tmp",
+    ];
+    for n in names {
+        fs::write(dir.join(n), b"").unwrap();
+        common::sh_ok("touch -d '-1 hour' \"$1\"", [dir.join(n).as_os_str()]);
+    }
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        !got.iter().any(|(_, p)| p.contains(".sessionfs.lock")),
+        "{got:?}"
+    );
+    doctor_json(tmp.path(), &root, &["--repair"]);
+    for n in names {
+        assert!(dir.join(n).exists(), "{n} was moved");
+    }
+}
+
 /// A log re-encoded as one frame (header and events together): reported at
 /// byte 0, re-framed by --repair with the same decoded bytes; the reference
 /// then lists the root and loads the session.
@@ -855,7 +881,7 @@ fn a_header_frame_holding_events_is_reframed() {
     assert_eq!(code, 0);
     assert_eq!(zstd_dc(&path), text, "the same decoded bytes");
     let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
-    assert_eq!(oracle::session(&o, "clock-skew")["load"]["ok"], true);
+    assert_eq!(oracle::oracle_session(&o, "clock-skew")["load"]["ok"], true);
 }
 
 /// A session directory renamed away from its header's id is moved back

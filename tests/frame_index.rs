@@ -1,5 +1,5 @@
 //! The frame index and the reads built on it, through the library only (no
-//! mount): issue 3, "Must show" 2 and 3.
+//! mount).
 //!
 //! * random `pread`s (1 byte to 1 MiB, across frame boundaries and past the
 //!   end) equal the decompressed bytes;

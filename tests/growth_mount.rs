@@ -1,5 +1,5 @@
 //! Transcripts that grow on disk while mounted, through a real mount of a
-//! copy of `../shared/corpus/normal/root` (issue 3, "Must show" 2):
+//! copy of `../shared/corpus/normal/root`:
 //!
 //! * `tail -f -s 0.25` of the view prints every appended line exactly once,
 //!   in order, within 3 s of its frame being written;
@@ -38,7 +38,8 @@ use common::{copy_tree, corpus_dir, run_ok, sha256_hex, zstd_dc, Mount};
 
 /// The session the growth tests append to.
 const SESSION: &str = "--home-alice-work-app--/Session-A";
-/// How long an appended line may take to show (issue 3).
+/// How long an appended line may take to show (README, What the mount
+/// shows: within the attribute timeout, default 1 s, with margin).
 const SHOW_WITHIN: Duration = Duration::from_secs(3);
 /// How long an open descriptor's `fstat` may take to show growth (the
 /// attribute timeout is 1 s by default; polling adds a little).

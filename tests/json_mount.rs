@@ -26,8 +26,7 @@ use serde_json::{json, Value};
 use common::{zstd_dc, Mount};
 use sessionfs::store::naming::{encode_id, project_dir_name};
 
-#[path = "oracle/helper.rs"]
-mod oracle;
+use common::oracle;
 
 const T0: u64 = 1_767_600_000_000;
 
@@ -170,7 +169,7 @@ fn sessions_the_reference_reads_are_read_continued_and_listed() {
     // The reference reads every one of them.
     let before = oracle::report(&root);
     for c in &cases {
-        let s = oracle::session(&before, c.id);
+        let s = oracle::oracle_session(&before, c.id);
         assert_eq!(s["readRaw"]["ok"], true, "{}: {s}", c.id);
         assert_eq!(s["load"]["ok"], true, "{}: {}", c.id, s["load"]);
         assert_eq!(s["load"]["eventCount"], c.events, "{}", c.id);
@@ -187,7 +186,7 @@ fn sessions_the_reference_reads_are_read_continued_and_listed() {
             "{}: the mount serves the stored bytes",
             c.id
         );
-        let raw = oracle::session(&before, c.id)["readRaw"]["content"]
+        let raw = oracle::oracle_session(&before, c.id)["readRaw"]["content"]
             .as_str()
             .unwrap()
             .to_string();
@@ -278,7 +277,7 @@ fn sessions_the_reference_reads_are_read_continued_and_listed() {
     args.extend(cases.iter().map(|c| c.id.into()));
     let loaded: Value = serde_json::from_slice(&oracle::script("load.mjs", args).stdout).unwrap();
     for c in &cases {
-        let s = oracle::session(&after, c.id);
+        let s = oracle::oracle_session(&after, c.id);
         let raw = s["readRaw"]["content"].as_str().unwrap();
         assert!(
             raw.ends_with(c.appended.concat().as_str()),

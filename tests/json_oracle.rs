@@ -31,8 +31,9 @@ use sessionfs::store::json::{parse_object, Utf8};
 use sessionfs::store::lines::{parse_record, read_record, Record, MAX_SAFE_INTEGER};
 use sessionfs::store::naming::{encode_id, project_dir_name};
 
-#[path = "oracle/helper.rs"]
-mod oracle;
+mod common;
+
+use common::oracle;
 
 /// Lines generated per run (the issue asks for at least 2,000).
 const LINES: usize = 2_400;

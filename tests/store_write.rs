@@ -2,6 +2,8 @@
 //! sessions, appends, refusals that leave the file byte-identical, the
 //! corpus replay against what the reference wrote, and concurrency.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -11,7 +13,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value};
+use proptest::prelude::Rng;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use sessionfs::store::append::{append_batch, append_with, TailHint};
@@ -26,14 +29,7 @@ fn corpus() -> PathBuf {
 }
 
 fn header(id: &str, cwd: Option<&str>) -> Vec<u8> {
-    let mut fields = Map::new();
-    fields.insert("version".into(), 0.into());
-    fields.insert("id".into(), id.into());
-    fields.insert("createdAt".into(), 1_767_603_600_000u64.into());
-    if let Some(cwd) = cwd {
-        fields.insert("cwd".into(), cwd.into());
-    }
-    header_line_from_fields(&fields)
+    common::lines::header_line(id, cwd, 1_767_603_600_000).into_bytes()
 }
 
 fn ev(seq: u64, note: &str) -> String {
@@ -514,25 +510,28 @@ fn a_failed_write_is_truncated_back() {
         // and limits.
         unsafe {
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            // Room for the session's lock file (BODY_LEN bytes), not for
+            // the frame.
             let limit = libc::rlimit {
-                rlim_cur: len + 100,
+                rlim_cur: len.max(sessionfs::store::lease::BODY_LEN as u64) + 100,
                 rlim_max: libc::RLIM_INFINITY,
             };
             assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
         }
         // Incompressible: the frame is far longer than the 100 bytes left.
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rng = proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        );
         let noise: String = (0..20_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from(b'a' + (x % 26) as u8)
-            })
+            .map(|_| char::from(b'a' + (rng.next_u32() % 26) as u8))
             .collect();
         let e =
             append_batch(&path, Encoding::Zstd, ev(2, &noise).as_bytes(), |_| Ok(())).unwrap_err();
         assert_eq!(e.errno(), libc::EFBIG, "{e}");
+        assert!(
+            e.to_string().starts_with("write "),
+            "the frame's write failed: {e}"
+        );
         assert_eq!(fs::metadata(&path).unwrap().len(), len);
         return;
     }
@@ -545,16 +544,13 @@ fn a_failed_write_is_truncated_back() {
     )
     .unwrap();
     let before = fs::read(&path).unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_failed_write_is_truncated_back",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &path)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    // The child gets its own stdout and stderr (pipes): its RLIMIT_FSIZE
+    // would otherwise also limit an inherited stdout redirected to a file.
+    common::run_test_in_child(
+        "a_failed_write_is_truncated_back",
+        false,
+        &[(CHILD, path.as_os_str())],
+    );
     assert_eq!(fs::read(&path).unwrap(), before);
     // And the transcript still takes appends.
     append_batch(&path, Encoding::Zstd, ev(2, "after").as_bytes(), |_| Ok(())).unwrap();

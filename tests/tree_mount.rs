@@ -7,22 +7,16 @@ mod common;
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_errno, copy_tree, corpus_dir, is_mounted, Mount};
-
-fn corpus_copy(case: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(&corpus_dir().join(case).join("root"), dir.path());
-    dir
-}
+use common::{assert_errno, corpus_copy, is_mounted, Mount};
 
 #[test]
 fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
-    let root = corpus_copy("normal");
-    let mount = Mount::start(root.path(), &[]);
+    let (_root_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(root.as_path(), &[]);
     for name in [
         ".Trash",
         ".Trash-1000",
@@ -43,7 +37,7 @@ fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
     }
     // Even when the name exists on disk at the project level, it is not
     // looked for there; inside a session directory it is an ordinary name.
-    fs::write(root.path().join("--home-alice-work-app--/.directory"), b"x").unwrap();
+    fs::write(root.join("--home-alice-work-app--/.directory"), b"x").unwrap();
     assert_errno(
         fs::metadata(mount.join("--home-alice-work-app--/.directory")),
         libc::ENOENT,
@@ -54,7 +48,7 @@ fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
     assert_eq!(fs::read(&in_session).unwrap(), b"finder");
     assert_eq!(
         fs::read(
-            root.path()
+            root.as_path()
                 .join("--home-alice-work-app--/Session-A/.DS_Store")
         )
         .unwrap(),
@@ -67,24 +61,16 @@ fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
 /// created and removed, and while a second reader lists it from the start.
 #[test]
 fn readdir_returns_every_stable_entry_exactly_once_while_the_directory_changes() {
-    let root = corpus_copy("normal");
+    let (_root_tmp, root) = corpus_copy("normal");
     let dir_rel = "--home-alice-work-app--/Session-A/many";
-    fs::create_dir(root.path().join(dir_rel)).unwrap();
+    fs::create_dir(root.join(dir_rel)).unwrap();
     for i in 0..3000 {
-        fs::write(
-            root.path().join(dir_rel).join(format!("stable-{i:05}")),
-            b"",
-        )
-        .unwrap();
+        fs::write(root.join(dir_rel).join(format!("stable-{i:05}")), b"").unwrap();
     }
     for i in 0..500 {
-        fs::write(
-            root.path().join(dir_rel).join(format!("doomed-{i:05}")),
-            b"",
-        )
-        .unwrap();
+        fs::write(root.join(dir_rel).join(format!("doomed-{i:05}")), b"").unwrap();
     }
-    let mount = Mount::start(root.path(), &[]);
+    let mount = Mount::start(root.as_path(), &[]);
     let dir = mount.join(dir_rel);
     let script = r#"
 import os, sys
@@ -131,40 +117,6 @@ print("\n".join(seen))
     mount.stop();
 }
 
-/// A daemon started by hand, killed or stopped by its guard.
-struct Daemon(Option<Child>, PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if is_mounted(&self.1) {
-            let _ = Command::new("timeout")
-                .args(["10", "umount", "-l"])
-                .arg(&self.1)
-                .status();
-        }
-    }
-}
-
-fn start_daemon(args: &[&std::ffi::OsStr], mnt: &Path) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    Daemon(Some(child), mnt.to_path_buf())
-}
-
 fn wait_mounted(mnt: &Path, want: bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
@@ -178,28 +130,16 @@ fn wait_mounted(mnt: &Path, want: bool) -> bool {
 
 #[test]
 fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
-    let root = corpus_copy("normal");
+    let (_root_tmp, root) = corpus_copy("normal");
     let mnt_dir = tempfile::tempdir().unwrap();
     let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
-    let args = |m: &Path| {
-        vec![
-            std::ffi::OsString::from("mount"),
-            root.path().as_os_str().into(),
-            m.as_os_str().into(),
-        ]
-    };
-    let first_args = args(&mnt);
-    let first_refs: Vec<&std::ffi::OsStr> = first_args.iter().map(|a| a.as_os_str()).collect();
-    let mut first = start_daemon(&first_refs, &mnt);
-    assert!(wait_mounted(&mnt, true), "first mount did not appear");
+    let mut first = Mount::start_at(root.as_path(), &mnt, &[]);
     // SIGKILL: no clean unmount; the mount point answers ENOTCONN.
-    let mut child = first.0.take().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    first.kill_daemon();
     // (A listing needs the daemon; a stat may be answered from the
     // kernel's attribute cache for a while.)
     assert_errno(fs::read_dir(&mnt), libc::ENOTCONN, "stale mount point");
-    let second = start_daemon(&first_refs, &mnt);
+    let second = Mount::start_at(root.as_path(), &mnt, &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let readable = loop {
         if fs::read_dir(&mnt).map(|d| d.count() > 0).unwrap_or(false) {
@@ -211,24 +151,24 @@ fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(readable, "the restarted mount does not serve the root");
-    drop(second);
+    second.stop();
     drop(first);
     assert!(wait_mounted(&mnt, false), "mount left behind");
 }
 
 #[test]
 fn mount_helper_form_detaches_once_mounted() {
-    let root = corpus_copy("normal");
+    let (_root_tmp, root) = corpus_copy("normal");
     let mnt_dir = tempfile::tempdir().unwrap();
     let mnt = fs::canonicalize(mnt_dir.path()).unwrap();
-    let guard = Daemon(None, mnt.clone());
+    let guard = common::WatchedMountPoint::new(&mnt);
     // Output captured through pipes: the detached daemon must not keep them
     // open, or this would wait until the unmount (the timeout).
     let started = Instant::now();
     let out = Command::new("timeout")
         .arg("40")
         .arg(env!("CARGO_BIN_EXE_sessionfs"))
-        .arg(root.path())
+        .arg(root.as_path())
         .arg(&mnt)
         .args(["-o", "ro,noatime,relatime,nodiratime"])
         .stdin(Stdio::null())
@@ -267,11 +207,11 @@ fn mount_helper_form_detaches_once_mounted() {
 fn symlinks_at_the_root_and_project_levels_are_not_followed() {
     let outside = tempfile::tempdir().unwrap();
     fs::write(outside.path().join("keep.txt"), b"outside").unwrap();
-    let root = corpus_copy("normal");
-    std::os::unix::fs::symlink(outside.path(), root.path().join("--escape--")).unwrap();
-    std::os::unix::fs::symlink("..", root.path().join("--home-alice-work-app--/loop")).unwrap();
-    std::os::unix::fs::symlink(".", root.path().join("--home-alice-work-app--/self")).unwrap();
-    let mount = Mount::start(root.path(), &[]);
+    let (_root_tmp, root) = corpus_copy("normal");
+    std::os::unix::fs::symlink(outside.path(), root.join("--escape--")).unwrap();
+    std::os::unix::fs::symlink("..", root.join("--home-alice-work-app--/loop")).unwrap();
+    std::os::unix::fs::symlink(".", root.join("--home-alice-work-app--/self")).unwrap();
+    let mount = Mount::start(root.as_path(), &[]);
     let top: Vec<String> = common::list_dir(mount.path())
         .into_iter()
         .map(|n| n.to_string_lossy().into_owned())
@@ -295,7 +235,6 @@ fn symlinks_at_the_root_and_project_levels_are_not_followed() {
         "remove through a link",
     );
     assert!(root
-        .path()
         .join("--home-alice-work-app--/Session-A/session.jsonl.zstd")
         .exists());
     assert_eq!(
@@ -309,8 +248,8 @@ fn symlinks_at_the_root_and_project_levels_are_not_followed() {
 /// committed before the mount goes away.
 #[test]
 fn sigterm_commits_lines_waiting_in_the_batch_window() {
-    let root = corpus_copy("normal");
-    let mount = Mount::start(root.path(), &["--batch-ms", "60000"]);
+    let (_root_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(root.as_path(), &["--batch-ms", "60000"]);
     let view = mount.join("--root--/cwd-root/session.jsonl");
     let text = fs::read_to_string(&view).unwrap();
     let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
@@ -323,7 +262,7 @@ fn sigterm_commits_lines_waiting_in_the_batch_window() {
     // The descriptor stays open: only the signal can commit the line.
     let log = mount.stop();
     drop(f);
-    let stored = common::zstd_dc(&root.path().join("--root--/cwd-root/session.jsonl.zstd"));
+    let stored = common::zstd_dc(&root.join("--root--/cwd-root/session.jsonl.zstd"));
     assert!(
         String::from_utf8_lossy(&stored).ends_with(&line),
         "the pending line was lost at SIGTERM; log:\n{log}"
@@ -334,11 +273,9 @@ fn sigterm_commits_lines_waiting_in_the_batch_window() {
 /// read afresh, not extended from a stale index.
 #[test]
 fn a_transcript_rewritten_in_place_is_read_afresh() {
-    let root = corpus_copy("normal");
-    let target = root
-        .path()
-        .join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
-    let mount = Mount::start(root.path(), &[]);
+    let (_root_tmp, root) = corpus_copy("normal");
+    let target = root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
+    let mount = Mount::start(root.as_path(), &[]);
     let view = mount.join("--home-alice-work-app--/Session-A/session.jsonl");
     let before = fs::read(&view).unwrap();
     // Same header (so placement holds), more and other events.
@@ -384,10 +321,10 @@ fn a_transcript_rewritten_in_place_is_read_afresh() {
 /// theirs, as on a local file system.
 #[test]
 fn files_created_by_another_user_belong_to_them() {
-    let root = corpus_copy("normal");
-    let dir = root.path().join("--home-alice-work-app--/Session-A");
+    let (_root_tmp, root) = corpus_copy("normal");
+    let dir = root.join("--home-alice-work-app--/Session-A");
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let mount = Mount::start(root.path(), &["--allow-other"]);
+    let mount = Mount::start(root.as_path(), &["--allow-other"]);
     let file = mount.join("--home-alice-work-app--/Session-A/mine.txt");
     let status = Command::new("timeout")
         .args([
@@ -420,8 +357,8 @@ fn files_created_by_another_user_belong_to_them() {
 /// FIFO named like a transcript never blocks the mount.
 #[test]
 fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
-    let root = corpus_copy("normal");
-    let base = root.path().join("--home-alice-work-app--");
+    let (_root_tmp, root) = corpus_copy("normal");
+    let base = root.join("--home-alice-work-app--");
     fs::create_dir_all(base.join("is-dir/session.jsonl.zstd")).unwrap();
     fs::create_dir(base.join("is-fifo")).unwrap();
     let fifo = std::ffi::CString::new(
@@ -431,7 +368,7 @@ fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
     )
     .unwrap();
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-    let mount = Mount::start(root.path(), &[]);
+    let mount = Mount::start(root.as_path(), &[]);
     for s in ["is-dir", "is-fifo"] {
         let view = mount.join(format!("--home-alice-work-app--/{s}/session.jsonl"));
         assert_errno(fs::read(&view), libc::EIO, s);
@@ -442,19 +379,19 @@ fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
 
 #[test]
 fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
-    let root = corpus_copy("normal");
-    let inside = root.path().join("--mnt--");
+    let (_root_tmp, root) = corpus_copy("normal");
+    let inside = root.join("--mnt--");
     fs::create_dir(&inside).unwrap();
     let link_dir = tempfile::tempdir().unwrap();
     let link = link_dir.path().join("root-link");
-    std::os::unix::fs::symlink(root.path(), &link).unwrap();
+    std::os::unix::fs::symlink(root.as_path(), &link).unwrap();
     for args in [
         {
             // Reached through a symbolic link, not yet existing.
             let mnt = tempfile::tempdir().unwrap().keep();
             vec![
                 "mount".into(),
-                root.path().as_os_str().to_owned(),
+                root.as_path().as_os_str().to_owned(),
                 mnt.into_os_string(),
                 "--index-cache".into(),
                 link.join("idx/../cache").into_os_string(),
@@ -462,17 +399,17 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
         },
         vec![
             "mount".into(),
-            root.path().as_os_str().to_owned(),
+            root.as_path().as_os_str().to_owned(),
             inside.as_os_str().to_owned(),
         ],
         {
             let mnt = tempfile::tempdir().unwrap().keep();
             vec![
                 "mount".into(),
-                root.path().as_os_str().to_owned(),
+                root.as_path().as_os_str().to_owned(),
                 mnt.into_os_string(),
                 "--index-cache".into(),
-                root.path().join("cache").into_os_string(),
+                root.join("cache").into_os_string(),
             ]
         },
     ] {
@@ -484,6 +421,6 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("inside the session root"));
-        assert!(!root.path().join("cache").exists());
+        assert!(!root.join("cache").exists());
     }
 }

@@ -22,7 +22,7 @@ pub(super) struct IdArgs {
     pub(super) id: String,
 }
 
-fn exit_code_of_find(e: &FindError) -> u8 {
+pub(super) fn exit_code_of_find(e: &FindError) -> u8 {
     match e {
         FindError::Id(IdLookupError::Ambiguous { .. }) => EXIT_AMBIGUOUS,
         _ => EXIT_ERROR,

@@ -62,8 +62,11 @@ pub(super) fn take_ready_pipe() {
         return;
     };
     // Only a pipe is taken: a number that names no pipe is ignored.
-    let is_pipe = nix::sys::stat::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
-        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
+    // SAFETY: the descriptor is only borrowed for this fstat; an unopened
+    // number makes fstat fail with EBADF, nothing else.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let is_pipe =
+        nix::sys::stat::fstat(borrowed).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
     if !is_pipe {
         return;
     }

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::dates::{format_utc_ms, system_time_ms};
-use super::{fail, open_store, output_result, EXIT_ERROR, EXIT_OK};
+use super::list_views::{self, ByView, Filters};
+use super::{fail, open_store, output_result, EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 use crate::store::catalog::{SessionListing, SessionSummary};
+use crate::store::{Store, StoreOptions};
 
 /// Widest ID column of the `list` table; longer ids overflow their row.
 const MAX_ID_COLUMN: usize = 40;
@@ -22,13 +24,49 @@ pub(super) struct ListArgs {
     /// Print a JSON array instead of a table.
     #[arg(long)]
     pub(super) json: bool,
+    /// Print the sessions as the mount's `.by-cwd` or `.by-date` tree.
+    #[arg(long, value_enum, value_name = "cwd|date", conflicts_with_all = ["json", "project"])]
+    pub(super) by: Option<ByView>,
+    /// Only sessions created at or after DATE: YYYY-MM-DD (local time,
+    /// TZ respected) or an RFC 3339 time.
+    #[arg(long, value_name = "DATE")]
+    pub(super) since: Option<String>,
+    /// Only sessions whose title holds every one of WORDS (case-insensitive).
+    #[arg(long, value_name = "WORDS")]
+    pub(super) grep_title: Option<String>,
 }
 
 pub(super) fn run(args: ListArgs) -> u8 {
+    let mut filters = Filters::default();
+    if let Some(text) = &args.since {
+        match list_views::parse_since(text) {
+            Ok(ms) => filters.since_ms = Some(ms),
+            Err(e) => {
+                eprintln!("sessionfs: {e}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    if let Some(words) = &args.grep_title {
+        filters.title_words = list_views::title_words(words);
+    }
     let (_identity, store) = match open_store(&args.root) {
         Ok(v) => v,
         Err(code) => return code,
     };
+    if args.by.is_some() || filters.any() {
+        // The views' catalog is kept with the mount's index cache.
+        let options = StoreOptions {
+            compression: Some(store.encoding()),
+            index_dir: crate::store::index_store::default_index_dir(),
+            ..StoreOptions::default()
+        };
+        let store = match Store::open(store.root(), options) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        };
+        return run_filtered(&args, &store, &filters);
+    }
     let listing = match &args.project {
         Some(path) => store.sessions_for_project(path),
         None => store.sessions(),
@@ -47,6 +85,48 @@ pub(super) fn run(args: ListArgs) -> u8 {
         eprintln!("sessionfs: skipped: {e}");
     }
     let mut out = io::BufWriter::new(io::stdout().lock());
+    let written = if args.json {
+        write_json(&mut out, &sessions)
+    } else {
+        write_table(&mut out, &sessions)
+    }
+    .and_then(|()| out.flush());
+    match output_result(written) {
+        EXIT_OK if !errors.is_empty() => EXIT_ERROR,
+        code => code,
+    }
+}
+
+/// `list` with `--by`, `--since` or `--grep-title`: the tree, or the
+/// table/JSON of the sessions that pass the filters.
+fn run_filtered(args: &ListArgs, store: &Store, filters: &Filters) -> u8 {
+    let (kept, snap) = match list_views::filtered(store, filters) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    if let Some(by) = args.by {
+        let written = list_views::write_tree(&mut out, &snap, by).and_then(|()| out.flush());
+        return output_result(written);
+    }
+    let listing = match &args.project {
+        Some(path) => store.sessions_for_project(path),
+        None => store.sessions(),
+    };
+    let SessionListing {
+        mut sessions,
+        errors,
+    } = match listing {
+        Ok(listing) => listing,
+        Err(e) => return fail(e),
+    };
+    sessions.retain(|s| kept.contains(&(s.project_dir.clone(), s.session_dir.clone())));
+    sessions.sort_by(|a, b| {
+        (a.created_at_ms, &a.id, &a.project_dir).cmp(&(b.created_at_ms, &b.id, &b.project_dir))
+    });
+    for e in &errors {
+        eprintln!("sessionfs: skipped: {e}");
+    }
     let written = if args.json {
         write_json(&mut out, &sessions)
     } else {

@@ -5,6 +5,7 @@
 //! [`IdentityRoot`] (IDENTITY.md §1) and never looks at the process's
 //! current directory afterwards.
 
+mod append;
 mod check;
 mod dates;
 mod doctor;
@@ -12,9 +13,11 @@ mod find;
 mod helper;
 mod key;
 mod list;
+mod list_views;
 mod mount;
 mod options;
 mod remount;
+mod render;
 mod units;
 
 use std::ffi::OsString;
@@ -130,6 +133,17 @@ Examples:
 {EXIT_CODES}"))]
     Cat(find::IdArgs),
 
+    /// Append JSONL lines from stdin to the session ID (or create the
+    /// session ID when none has it: the first line is then its header),
+    /// under the same rules as a write through the mount.
+    #[command(after_help = append::AFTER_HELP)]
+    Append(find::IdArgs),
+
+    /// Write the session ID as readable Markdown to stdout: the same text
+    /// as `session.md` in the mount.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", render::AFTER_HELP))]
+    Render(find::IdArgs),
+
     /// Print the project directory name (`--<key>--`) of a cwd, as the
     /// store derives it. PATH is used as given: not resolved, not
     /// normalized.
@@ -244,6 +258,8 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::List(args) => list::run(args),
         Command::Locate(args) => find::locate(args),
         Command::Cat(args) => find::cat(args),
+        Command::Render(args) => render::run(args),
+        Command::Append(args) => append::run(&args.root, &args.id, &mut std::io::stdin().lock()),
         Command::Key(args) => key::run(args),
         Command::Check(args) => check::run(args),
         Command::Doctor(args) => doctor::run(args),

@@ -47,6 +47,11 @@ pub(super) struct MountArgs {
     /// MiB, GiB allowed; 1024-based) [default: 16 MiB].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub(super) cache_size: Option<u64>,
+    /// Budget of the bytes all writers may hold uncommitted (incomplete
+    /// lines included), in bytes (suffixes as for --cache-size); a write
+    /// past it fails with ENOSPC [default: 32 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub(super) pending_budget: Option<u64>,
     /// Let other users reach the mount (needs user_allow_other in
     /// /etc/fuse.conf unless run as root).
     #[arg(long)]
@@ -148,6 +153,9 @@ fn run(
         auto_unmount: args.auto_unmount,
         kernel_options: options.kernel.clone(),
         settings,
+        pending_budget: args
+            .pending_budget
+            .unwrap_or(crate::fuse::budget::DEFAULT_PENDING_BUDGET),
     };
     let on_ready = || {
         helper::report_ready();

@@ -230,3 +230,87 @@ pub(super) fn settings(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn mount() -> clap::Command {
+        crate::cli::Cli::command()
+            .find_subcommand("mount")
+            .cloned()
+            .unwrap()
+    }
+
+    fn parse_one(s: &str) -> Result<MountOptions, String> {
+        parse(&mount(), &[s.to_string()])
+    }
+
+    #[test]
+    fn every_flag_is_an_option() {
+        let o = parse_one("attr_timeout=0.5,batch_ms=0,cache_size=64M,index_cache=none").unwrap();
+        assert_eq!(
+            o.flags,
+            [
+                "--attr-timeout=0.5",
+                "--batch-ms=0",
+                "--cache-size=64M",
+                "--index-cache=none"
+            ]
+            .map(OsString::from)
+        );
+        let o = parse_one("ro,allow_other,auto_unmount,allow_root,compression=none").unwrap();
+        assert_eq!(
+            o.flags,
+            [
+                "--read-only",
+                "--allow-other",
+                "--auto-unmount",
+                "--allow-root",
+                "--compression=none"
+            ]
+            .map(OsString::from)
+        );
+        assert_eq!(o.read_only, Some(true));
+        let names = option_names(&mount());
+        for name in [
+            "attr_timeout",
+            "batch_ms",
+            "cache_size",
+            "index_cache",
+            "compression",
+            "ro",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
+    }
+
+    #[test]
+    fn generic_and_kernel_options() {
+        let o = parse_one(
+            "rw,dev,suid,exec,relatime,_netdev,nofail,user,users,x-systemd.automount,\
+             defaults,noauto,noexec,noatime,max_read=131072,remount",
+        )
+        .unwrap();
+        assert!(o.flags.is_empty(), "{:?}", o.flags);
+        assert_eq!(o.kernel, ["noexec", "noatime", "max_read=131072"]);
+        assert!(o.remount);
+        assert_eq!(o.read_only, Some(false));
+    }
+
+    #[test]
+    fn mistakes_name_the_option() {
+        let e = parse_one("ro,allow_othr").unwrap_err();
+        assert!(e.contains("\"allow_othr\""), "{e}");
+        let e = parse_one("attr_timeout").unwrap_err();
+        assert!(e.contains("needs a value"), "{e}");
+        let e = parse_one("allow_other=yes").unwrap_err();
+        assert!(e.contains("takes no value"), "{e}");
+        let e = parse_one("cache_size=lots").unwrap_err();
+        assert!(e.contains("cache_size=lots"), "{e}");
+        // Flag spellings are not option names.
+        assert!(parse_one("read-only").is_err());
+        assert!(parse_one("read_only").is_ok());
+    }
+}

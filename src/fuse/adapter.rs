@@ -1,10 +1,13 @@
 //! `fuser::Filesystem` over [`SessionFs`]: each kernel request calls one
-//! core method; errors are logged (damage at warn level, with the backing
-//! path and the fix) and replied as errno values.
+//! core method through one wrapper, [`call`], which turns the core's
+//! [`FsError`] into its errno (the one map, `FsError::errno`), logs it
+//! (damage at warn level, with the backing path and the fix), and turns a
+//! panic into EIO. The adapter decides nothing else: refusals (rename
+//! flags, ownership) are the core's.
 
 use std::ffi::OsStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fuser::{
@@ -13,6 +16,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, Request,
 };
 
+use super::access::Caller;
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
 use super::fs_write::Owner;
 use super::status::{count_request, StatusFile};
@@ -20,8 +24,6 @@ use super::status::{count_request, StatusFile};
 /// The adapter handed to fuser.
 pub struct Adapter {
     core: Arc<SessionFs>,
-    /// Whether the kernel skips opendir/releasedir (readdir is stateless).
-    no_opendir: bool,
     /// Attribute and entry timeout (MOUNT.md: default 1 s).
     ttl: Duration,
     /// `.sessionfs-status`, when the mount shows one.
@@ -33,7 +35,6 @@ impl Adapter {
     pub fn new(core: Arc<SessionFs>, ttl: Duration) -> Self {
         Adapter {
             core,
-            no_opendir: false,
             ttl,
             status: None,
         }
@@ -51,6 +52,10 @@ fn file_type(kind: Kind) -> FileType {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
     }
 }
 
@@ -100,33 +105,76 @@ fn open_flags(writer: bool) -> FopenFlags {
     }
 }
 
+fn caller_of(req: &Request) -> Caller {
+    Caller::new(req.uid(), req.gid(), req.pid())
+}
+
 /// Logs an error of operation `op` and returns its errno. Damage (a
 /// corrupt, misplaced, flat or duplicate entry) is a warning naming the
-/// backing file and the fix; a missing entry is only debug output.
-fn errno_of(op: &str, what: &dyn std::fmt::Display, e: FsError) -> Errno {
-    match &e {
-        FsError::Store(s) if s.is_damage() => log::warn!("{op} {what}: {s}"),
-        FsError::Store(s) => log::debug!("{op} {what}: {s}"),
-        FsError::Errno(n) => log::debug!("{op} {what}: errno {n}"),
+/// backing file and the fix; refusals were logged where they were decided,
+/// and a missing entry is only debug output.
+fn errno_of(op: &str, what: &dyn Fn() -> String, e: FsError) -> Errno {
+    if e.is_damage() {
+        log::warn!("{op} {}: {e}", what());
+    } else {
+        log::debug!("{op} {}: {e}", what());
     }
     Errno::from_i32(e.errno())
 }
 
-/// Runs the core method of operation `op` on `what`, turning its error
-/// into a logged errno, and a panic into EIO instead of a dead event loop
-/// (a panicking handler would otherwise wedge the mount: FUSE-NOTES §3).
+/// The environment variable of the test-only panic trigger: when it names
+/// an operation (`lookup`, `read`, `release`, ...), every request of that
+/// operation panics inside [`call`]. Inert when unset, so that the tests
+/// can show, with the shipped release binary, that a panicking handler
+/// answers EIO and the mount lives on (issue 9).
+pub const TEST_PANIC_ENV: &str = "SESSIONFS_TEST_PANIC";
+
+fn forced_panic(op: &str) {
+    static TRIGGER: OnceLock<Option<String>> = OnceLock::new();
+    let trigger = TRIGGER.get_or_init(|| std::env::var(TEST_PANIC_ENV).ok());
+    if trigger.as_deref() == Some(op) {
+        panic!("{TEST_PANIC_ENV}={op}: panic forced for testing");
+    }
+}
+
+/// The one wrapper of every operation: runs the core method of operation
+/// `op` (on `what`, formatted only when something is logged), turns its
+/// error into a logged errno, and a panic into EIO instead of a dead event
+/// loop (a panicking handler would otherwise wedge the mount: FUSE-NOTES
+/// §3). The release profile unwinds (Cargo.toml) so that this holds in
+/// the shipped binary.
 fn call<T>(
     op: &'static str,
-    what: &dyn std::fmt::Display,
+    what: impl Fn() -> String,
     body: impl FnOnce() -> FsResult<T>,
 ) -> Result<T, Errno> {
-    let r = catch_unwind(AssertUnwindSafe(body));
+    let run = || {
+        forced_panic(op);
+        body()
+    };
+    let r = catch_unwind(AssertUnwindSafe(run));
     count_request(op, !matches!(r, Ok(Ok(_))));
     match r {
-        Ok(r) => r.map_err(|e| errno_of(op, what, e)),
+        Ok(r) => r.map_err(|e| errno_of(op, &what, e)),
         Err(_) => {
-            log::error!("{op} {what}: internal error (panic); replied EIO");
-            Err(Errno::EIO)
+            log::error!(
+                "{op} {}: internal error (panic); replied EIO, the mount goes on",
+                what()
+            );
+            Err(Errno::from_i32(FsError::Internal.errno()))
+        }
+    }
+}
+
+impl Adapter {
+    /// The entry timeout of a looked-up or created entry: zero when the
+    /// core says its directory is a per-user view (the kernel's dentry
+    /// cache is shared between users), else the attribute timeout.
+    fn entry_ttl(&self, per_user: bool) -> Duration {
+        if per_user {
+            Duration::ZERO
+        } else {
+            self.ttl
         }
     }
 }
@@ -137,30 +185,43 @@ impl Filesystem for Adapter {
         // committed prefix never changes, so pages stay valid otherwise.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // Readdir keeps no state per open directory, so the kernel may
-        // skip opendir and releasedir: two requests less per directory.
-        self.no_opendir = config
-            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
-            .is_ok();
+        // Opendir is answered (not skipped with FUSE_NO_OPENDIR_SUPPORT):
+        // its reply tells the kernel which listings it may cache, and a
+        // per-user view's must not be cached (see opendir).
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = call("lookup", &format!("{name:?}"), || {
-            let status = self.status.as_ref().and_then(|s| s.lookup(parent.0, name));
-            status.unwrap_or_else(|| self.core.lookup(parent.0, name))
-        });
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = call(
+            "lookup",
+            || format!("{name:?}"),
+            || {
+                if let Some(status) = self.status.as_ref().and_then(|s| s.lookup(parent.0, name)) {
+                    return Ok((status?, false));
+                }
+                let caller = caller_of(req);
+                let attr = self.core.lookup_as(&caller, parent.0, name)?;
+                Ok((attr, self.core.is_per_user(parent.0)))
+            },
+        );
         match r {
-            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Ok((attr, per_user)) => {
+                let ttl = self.entry_ttl(per_user);
+                reply.entry(&ttl, &file_attr(&attr), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = call("getattr", &format!("inode {}", ino.0), || {
-            let status = self.status.as_ref().and_then(|s| s.getattr(ino.0));
-            status.unwrap_or_else(|| self.core.getattr(ino.0))
-        });
+        let r = call(
+            "getattr",
+            || format!("inode {}", ino.0),
+            || {
+                let status = self.status.as_ref().and_then(|s| s.getattr(ino.0));
+                status.unwrap_or_else(|| self.core.getattr(ino.0))
+            },
+        );
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(e) => reply.error(e),
@@ -168,9 +229,11 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = call("readlink", &format!("inode {}", ino.0), || {
-            self.core.readlink(ino.0)
-        });
+        let r = call(
+            "readlink",
+            || format!("inode {}", ino.0),
+            || self.core.readlink(ino.0),
+        );
         match r {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(e),
@@ -178,14 +241,15 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let status = self.status.as_ref();
-        let r = call("open", &format!("inode {}", ino.0), || {
-            match status.and_then(|s| s.open(ino.0, flags.0)) {
+        let r = call(
+            "open",
+            || format!("inode {}", ino.0),
+            || match self.status.as_ref().and_then(|s| s.open(ino.0, flags.0)) {
                 // The status file is rendered at open: no page cache.
                 Some(r) => r.map(|fh| (fh, true)),
                 None => self.core.open(ino.0, flags.0),
-            }
-        });
+            },
+        );
         match r {
             Ok((fh, writer)) => reply.opened(FileHandle(fh), open_flags(writer)),
             Err(e) => reply.error(e),
@@ -203,13 +267,17 @@ impl Filesystem for Adapter {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let r = call("read", &format!("inode {} at {offset}", ino.0), || {
-            let status = self
-                .status
-                .as_ref()
-                .and_then(|s| s.read(fh.0, offset, size));
-            status.unwrap_or_else(|| self.core.read(ino.0, fh.0, offset, size))
-        });
+        let r = call(
+            "read",
+            || format!("inode {} at {offset}", ino.0),
+            || {
+                let status = self
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.read(fh.0, offset, size));
+                status.unwrap_or_else(|| self.core.read(ino.0, fh.0, offset, size))
+            },
+        );
         match r {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
@@ -219,39 +287,61 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if !self.status.as_ref().is_some_and(|s| s.release(fh.0)) {
-            self.core.release(fh.0);
-        }
-        reply.ok();
+        let r = call(
+            "release",
+            || format!("inode {}", ino.0),
+            || {
+                if self.status.as_ref().is_some_and(|s| s.release(fh.0)) {
+                    return Ok(());
+                }
+                self.core.release(fh.0)
+            },
+        );
+        reply_empty(reply, r);
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if self.no_opendir {
-            // ENOSYS here tells the kernel that opendir is not needed.
-            reply.error(Errno::ENOSYS);
-        } else {
-            reply.opened(FileHandle(0), FopenFlags::empty());
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Readdir keeps no state per open directory: the handle is 0. The
+        // kernel may cache a listing (and keep it across opens) unless it
+        // differs between callers.
+        let r = call(
+            "opendir",
+            || format!("inode {}", ino.0),
+            || self.core.opendir(ino.0),
+        );
+        match r {
+            Ok(per_user) => {
+                let flags = if per_user {
+                    FopenFlags::empty()
+                } else {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                };
+                reply.opened(FileHandle(0), flags)
+            }
+            Err(e) => reply.error(e),
         }
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = call("readdir", &format!("inode {}", ino.0), || {
-            self.core.readdir(ino.0, offset)
-        });
+        let r = call(
+            "readdir",
+            || format!("inode {}", ino.0),
+            || self.core.readdir_as(&caller_of(req), ino.0, offset),
+        );
         match r {
             Ok(entries) => {
                 for (cookie, e) in entries.iter().filter(|(c, _)| *c > offset) {
@@ -268,12 +358,14 @@ impl Filesystem for Adapter {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Directories hold no state per open (see opendir).
+        let r = call("releasedir", || format!("inode {}", ino.0), || Ok(()));
+        reply_empty(reply, r);
     }
 
     fn flush(
@@ -289,9 +381,11 @@ impl Filesystem for Adapter {
         // committed here so that a reader opening the file after close()
         // returns sees them, and so that errors reach the writer (release
         // is asynchronous and its errors reach no one).
-        let r = call("flush", &format!("inode {}", ino.0), || {
-            self.core.flush(fh.0)
-        });
+        let r = call(
+            "flush",
+            || format!("inode {}", ino.0),
+            || self.core.flush(fh.0),
+        );
         reply_empty(reply, r);
     }
 
@@ -303,9 +397,11 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = call("fsync", &format!("inode {}", ino.0), || {
-            self.core.fsync(fh.0)
-        });
+        let r = call(
+            "fsync",
+            || format!("inode {}", ino.0),
+            || self.core.fsync(fh.0),
+        );
         reply_empty(reply, r);
     }
 
@@ -324,9 +420,11 @@ impl Filesystem for Adapter {
         // The kernel passes its cached size as the offset of an O_APPEND
         // write, which can be stale (FUSE-NOTES §4c): append at the real end.
         let append = flags.0 & libc::O_APPEND != 0;
-        let r = call("write", &format!("inode {}", ino.0), || {
-            self.core.write(fh.0, offset, data, append)
-        });
+        let r = call(
+            "write",
+            || format!("inode {}", ino.0),
+            || self.core.write(fh.0, offset, data, append),
+        );
         match r {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -343,12 +441,19 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: fuser::ReplyCreate,
     ) {
-        let r = call("create", &format!("{name:?}"), || {
-            self.core.create(parent.0, name, mode, flags, owner_of(req))
-        });
+        let r = call(
+            "create",
+            || format!("{name:?}"),
+            || {
+                let created = self
+                    .core
+                    .create(parent.0, name, mode, flags, owner_of(req))?;
+                Ok((created, self.core.is_per_user(parent.0)))
+            },
+        );
         match r {
-            Ok((attr, fh, writer)) => reply.created(
-                &self.ttl,
+            Ok(((attr, fh, writer), per_user)) => reply.created(
+                &self.entry_ttl(per_user),
                 &file_attr(&attr),
                 Generation(0),
                 FileHandle(fh),
@@ -367,26 +472,37 @@ impl Filesystem for Adapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = call("mkdir", &format!("{name:?}"), || {
-            self.core.mkdir(parent.0, name, mode, owner_of(req))
-        });
+        let r = call(
+            "mkdir",
+            || format!("{name:?}"),
+            || {
+                let attr = self.core.mkdir(parent.0, name, mode, owner_of(req))?;
+                Ok((attr, self.core.is_per_user(parent.0)))
+            },
+        );
         match r {
-            Ok(attr) => reply.entry(&self.ttl, &file_attr(&attr), Generation(0)),
+            Ok((attr, per_user)) => {
+                reply.entry(&self.entry_ttl(per_user), &file_attr(&attr), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = call("unlink", &format!("{name:?}"), || {
-            self.core.unlink(parent.0, name)
-        });
+        let r = call(
+            "unlink",
+            || format!("{name:?}"),
+            || self.core.unlink(parent.0, name),
+        );
         reply_empty(reply, r);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = call("rmdir", &format!("{name:?}"), || {
-            self.core.rmdir(parent.0, name)
-        });
+        let r = call(
+            "rmdir",
+            || format!("{name:?}"),
+            || self.core.rmdir(parent.0, name),
+        );
         reply_empty(reply, r);
     }
 
@@ -400,14 +516,14 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if !flags.is_empty() {
-            // RENAME_EXCHANGE / RENAME_NOREPLACE are not passed through.
-            reply.error(Errno::EINVAL);
-            return;
-        }
-        let r = call("rename", &format!("{name:?}"), || {
-            self.core.rename(parent.0, name, newparent.0, newname)
-        });
+        let r = call(
+            "rename",
+            || format!("{name:?}"),
+            || {
+                self.core
+                    .rename(parent.0, name, newparent.0, newname, flags.bits())
+            },
+        );
         reply_empty(reply, r);
     }
 
@@ -421,9 +537,11 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = call("fallocate", &format!("inode {}", ino.0), || {
-            self.core.fallocate(ino.0, fh.0, offset, length, mode)
-        });
+        let r = call(
+            "fallocate",
+            || format!("inode {}", ino.0),
+            || self.core.fallocate(ino.0, fh.0, offset, length, mode),
+        );
         reply_empty(reply, r);
     }
 
@@ -445,21 +563,20 @@ impl Filesystem for Adapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        if uid.is_some() || gid.is_some() {
-            // Ownership stays with the backing files.
-            reply.error(Errno::EPERM);
-            return;
-        }
         let when = |t: Option<fuser::TimeOrNow>| {
             t.map(|t| match t {
                 fuser::TimeOrNow::SpecificTime(t) => t,
                 fuser::TimeOrNow::Now => std::time::SystemTime::now(),
             })
         };
-        let r = call("setattr", &format!("inode {}", ino.0), || {
-            self.core
-                .setattr(ino.0, mode, size, when(mtime), when(atime))
-        });
+        let r = call(
+            "setattr",
+            || format!("inode {}", ino.0),
+            || {
+                self.core
+                    .setattr(ino.0, mode, (uid, gid), size, when(mtime), when(atime))
+            },
+        );
         match r {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
             Err(e) => reply.error(e),
@@ -469,7 +586,7 @@ impl Filesystem for Adapter {
     fn ioctl(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         _cmd: u32,
@@ -478,31 +595,54 @@ impl Filesystem for Adapter {
         reply: fuser::ReplyIoctl,
     ) {
         // No ioctl is served (Python's open probes TCGETS): "not a tty".
-        reply.error(Errno::ENOTTY);
+        let r = call(
+            "ioctl",
+            || format!("inode {}", ino.0),
+            || self.core.ioctl(ino.0),
+        );
+        match r {
+            Ok(()) => reply.ioctl(0, &[]),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn getxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _name: &OsStr,
         _size: u32,
         reply: fuser::ReplyXattr,
     ) {
-        // ENOSYS tells the kernel not to ask again: no extended attributes.
-        reply.error(Errno::ENOSYS);
+        let r = call(
+            "getxattr",
+            || format!("inode {}", ino.0),
+            || self.core.xattrs(ino.0),
+        );
+        match r {
+            Ok(()) => reply.size(0),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    fn listxattr(&self, _req: &Request, ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        let r = call(
+            "listxattr",
+            || format!("inode {}", ino.0),
+            || self.core.xattrs(ino.0),
+        );
+        match r {
+            Ok(()) => reply.size(0),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.core.statfs() {
+        match call("statfs", || "the root".to_string(), || self.core.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
-            Err(e) => reply.error(Errno::from_i32(e.errno())),
+            Err(e) => reply.error(e),
         }
     }
 }

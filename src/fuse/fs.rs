@@ -5,23 +5,28 @@
 //!
 //! Source: MOUNT.md, "The tree", "Attributes", "Reading", "Details".
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, Metadata};
+use std::fs::Metadata;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+use super::access::Caller;
+use super::budget::{PendingBudget, DEFAULT_PENDING_BUDGET};
+pub use super::error::{FsError, FsResult};
+pub(super) use super::handles::Handle;
+use super::handles::HandleTable;
 use super::inode::{InodeTable, Node, BY_ID_DIR};
 use super::writer::Writer;
+use crate::store::views::{ViewCatalog, ViewFacts, ViewKind};
 use crate::store::{EntryKind, Store, StoreError, Transcript, VIEW_NAME};
 
 /// Names file managers probe for at the root and project levels; when they
@@ -47,37 +52,12 @@ fn is_probe_name(name: &OsStr) -> bool {
 /// A directory listing in cookie order: `(cookie, entry)` pairs.
 pub type Listing = Arc<Vec<(u64, DirEntry)>>;
 
+/// A released writer that held at least this many pending bytes gives
+/// freed heap memory back to the kernel at once.
+const RETURN_MEMORY_AT: u64 = 1 << 20;
+
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
-
-/// An error of a mount operation: a store error (logged with its path and
-/// fix) or a plain errno.
-#[derive(Debug)]
-pub enum FsError {
-    /// The store refused or failed.
-    Store(StoreError),
-    /// A plain errno (ENOENT for an unknown inode, EBADF, ...).
-    Errno(i32),
-}
-
-impl FsError {
-    /// The errno to reply with.
-    pub fn errno(&self) -> i32 {
-        match self {
-            FsError::Store(e) => e.errno(),
-            FsError::Errno(n) => *n,
-        }
-    }
-}
-
-impl From<StoreError> for FsError {
-    fn from(e: StoreError) -> Self {
-        FsError::Store(e)
-    }
-}
-
-/// Result of a mount operation.
-pub type FsResult<T> = Result<T, FsError>;
 
 /// File type of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +65,14 @@ pub enum Kind {
     Dir,
     File,
     Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A character device node.
+    CharDevice,
+    /// A block device node.
+    BlockDevice,
+    /// A Unix socket.
+    Socket,
 }
 
 /// Attributes of a node, as `stat` shows them.
@@ -130,20 +118,13 @@ pub struct FsStats {
     pub frsize: u32,
 }
 
-pub(super) enum Handle {
-    Transcript(Arc<Transcript>),
-    /// A writable `session.jsonl` (appends buffered per handle).
-    Writer(Arc<Writer>),
-    /// A passed-through file, opened with the caller's access mode.
-    File(Arc<File>),
-}
-
 /// The mount's core.
 pub struct SessionFs {
     pub(super) store: Arc<Store>,
     pub(super) inodes: InodeTable,
-    pub(super) handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
+    pub(super) handles: HandleTable,
+    /// The budget of pending bytes of all writers (`--pending-budget`).
+    pub(super) budget: Arc<PendingBudget>,
     /// Project and session directories made by `mkdir` that exist only in
     /// this mount until something is committed in them (mount paths).
     pub(super) virtual_dirs: Mutex<HashSet<PathBuf>>,
@@ -154,8 +135,17 @@ pub struct SessionFs {
     pub(super) invalidate: Mutex<Option<Sender<u64>>>,
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
-    listings: Mutex<lru::LruCache<u64, Listing>>,
+    /// Keyed by inode and, for per-user views, the caller's view key.
+    listings: Mutex<lru::LruCache<(u64, u64), Listing>>,
+    /// Open renderings of `session.md` files (`rendered.rs`).
+    pub(super) renderings: super::rendered::Renderings,
+    /// The `.by-*` views' catalog (see `views.rs`).
+    pub(super) views: ViewCatalog,
 }
+
+/// How old a views' snapshot may be when a request uses it: half the
+/// default attribute timeout, so a view follows the store within it.
+const VIEW_MAX_AGE: Duration = Duration::from_millis(500);
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
     let nanos = Duration::from_nanos(nsecs.clamp(0, 999_999_999) as u64);
@@ -167,17 +157,26 @@ fn time(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 fn kind_of_meta(meta: &Metadata) -> Kind {
+    use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     if t.is_dir() {
         Kind::Dir
     } else if t.is_symlink() {
         Kind::Symlink
+    } else if t.is_fifo() {
+        Kind::Fifo
+    } else if t.is_char_device() {
+        Kind::CharDevice
+    } else if t.is_block_device() {
+        Kind::BlockDevice
+    } else if t.is_socket() {
+        Kind::Socket
     } else {
         Kind::File
     }
 }
 
-fn attr_of(ino: u64, meta: &Metadata) -> Attr {
+pub(super) fn attr_of(ino: u64, meta: &Metadata) -> Attr {
     Attr {
         ino,
         kind: kind_of_meta(meta),
@@ -195,11 +194,17 @@ fn attr_of(ino: u64, meta: &Metadata) -> Attr {
     }
 }
 
-fn kind_of_entry(kind: EntryKind) -> Kind {
+/// The type a listing shows for entry `kind` at backing path `path`: a
+/// special file's own type is read from the backing file system (regular
+/// when it vanished meanwhile).
+fn kind_of_entry(kind: EntryKind, path: &Path) -> Kind {
     match kind {
         EntryKind::Dir => Kind::Dir,
         EntryKind::Symlink => Kind::Symlink,
         EntryKind::File | EntryKind::Transcript | EntryKind::FlatArtifact => Kind::File,
+        EntryKind::Special => std::fs::symlink_metadata(path)
+            .map(|m| kind_of_meta(&m))
+            .unwrap_or(Kind::File),
     }
 }
 
@@ -210,18 +215,27 @@ fn lstat(path: &Path) -> FsResult<Metadata> {
 impl SessionFs {
     /// A mount core over `store`.
     pub fn new(store: Arc<Store>, batch_window: Duration) -> Self {
+        let views = ViewCatalog::new(&store, VIEW_MAX_AGE);
         SessionFs {
+            views,
             store,
             inodes: InodeTable::default(),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            handles: HandleTable::default(),
+            budget: Arc::new(PendingBudget::new(DEFAULT_PENDING_BUDGET)),
             virtual_dirs: Mutex::new(HashSet::new()),
             batch_window,
             invalidate: Mutex::new(None),
             listings: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
+            renderings: Default::default(),
         }
+    }
+
+    /// Sets the budget of pending bytes of all writers (bytes; MOUNT.md,
+    /// Appending). Call before the mount serves requests.
+    pub fn set_pending_budget(&mut self, bytes: u64) {
+        self.budget = Arc::new(PendingBudget::new(bytes));
     }
 
     /// Sends attribute invalidations of committed transcripts to `tx` (a
@@ -246,32 +260,72 @@ impl SessionFs {
     }
 
     pub(super) fn node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
-        self.inodes.node(ino).ok_or(FsError::Errno(libc::ENOENT))
+        self.inodes.node(ino).ok_or(FsError::NoEntry)
     }
 
     pub(super) fn add_handle(&self, handle: Handle) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, handle);
-        fh
+        self.handles.insert(handle)
     }
 
     /// Looks `name` up in directory `parent` and returns its attributes
-    /// (MOUNT.md, The tree). Damaged transcripts and flat artifacts fail
-    /// with the store's error (EIO); probe names get ENOENT at once.
+    /// (MOUNT.md, The tree), as root sees them ([`SessionFs::lookup_as`]).
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Attr> {
+        self.lookup_as(&Caller::root(), parent, name)
+    }
+
+    /// Whether the entries of directory `parent` differ between callers
+    /// (a `.by-*` view): the kernel must not cache them (zero entry
+    /// timeout, no directory cache), since its caches are shared between
+    /// users. A new view lists its directory node here and shows a session
+    /// only when [`SessionFs::visible_to`] the caller, in lookup and in
+    /// listing.
+    pub fn is_per_user(&self, parent: u64) -> bool {
+        matches!(
+            self.inodes.node(parent),
+            Some((_, Node::ById | Node::ViewDir { .. }))
+        )
+    }
+
+    /// Opens directory `ino` for listing; returns whether its listing
+    /// differs between callers (then the kernel must not cache it).
+    ///
+    /// Errors: ENOENT for an unknown inode.
+    pub fn opendir(&self, ino: u64) -> FsResult<bool> {
+        self.node(ino)?;
+        Ok(self.is_per_user(ino))
+    }
+
+    /// Whether the `.by-*` views show `caller` the session
+    /// `project/session`: search permission on its project and session
+    /// directories and read permission on its transcript (issue 9). Every
+    /// view of sessions filters with this.
+    pub fn visible_to(&self, caller: &Caller, project: &OsStr, session: &OsStr) -> bool {
+        let project_dir = self.store.backing_path(Path::new(project));
+        let session_dir = project_dir.join(session);
+        let transcript = session_dir.join(self.store.encoding().file_name());
+        caller.may_see_session(&project_dir, &session_dir, &transcript)
+    }
+
+    /// Looks `name` up in directory `parent` for `caller` and returns its
+    /// attributes (MOUNT.md, The tree). Damaged transcripts and flat
+    /// artifacts fail with the store's error (EIO); probe names get ENOENT
+    /// at once; a view entry `caller` may not see gets ENOENT.
+    pub fn lookup_as(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<Attr> {
         let (parent_path, parent_node) = self.node(parent)?;
         let child_path = parent_path.join(name);
         let child = match parent_node {
             Node::Root => {
                 if name == BY_ID_DIR {
                     Node::ById
+                } else if let Some(view) = Self::view_root_node(name) {
+                    view
                 } else if self.is_absent_probe(&child_path) {
-                    return Err(FsError::Errno(libc::ENOENT));
+                    return Err(FsError::NoEntry);
                 } else {
                     let backing = self.store.backing_path(Path::new(name));
                     match std::fs::symlink_metadata(&backing) {
                         Ok(meta) if meta.is_dir() => {}
-                        Ok(_) => return Err(FsError::Errno(libc::ENOENT)),
+                        Ok(_) => return Err(FsError::NoEntry),
                         Err(_) if self.is_virtual(&child_path) => {}
                         Err(e) => return Err(StoreError::io("stat", &backing, e).into()),
                     }
@@ -280,13 +334,20 @@ impl SessionFs {
                     }
                 }
             }
+            Node::ViewDir { view, rel } => {
+                let visible = |f: &ViewFacts| self.visible_to(caller, &f.project, &f.session);
+                self.view_lookup(view, &rel, name, &visible)?
+            }
             Node::ById => {
                 let (project, session) = self.store.find_session_dir_by_id(name)?;
+                if !self.visible_to(caller, &project, &session) {
+                    return Err(FsError::NoEntry);
+                }
                 Node::ByIdLink { project, session }
             }
             Node::Project { project } => {
                 if self.is_absent_probe(&child_path) {
-                    return Err(FsError::Errno(libc::ENOENT));
+                    return Err(FsError::NoEntry);
                 }
                 match self.store.lookup_in_project(&project, name) {
                     Ok(_) => {}
@@ -301,10 +362,12 @@ impl SessionFs {
             Node::Session { project, session } => {
                 if name == VIEW_NAME {
                     Node::Transcript { project, session }
+                } else if name == super::rendered::RENDERED_NAME {
+                    Node::Rendered { project, session }
                 } else if crate::store::is_publication_temp(name)
                     || name == crate::store::Encoding::Zstd.file_name()
                 {
-                    return Err(FsError::Errno(libc::ENOENT));
+                    return Err(FsError::NoEntry);
                 } else if crate::store::is_foreign_transcript_name(name) {
                     return Err(StoreError::UnsupportedVersion {
                         path: self.store.backing_path(&child_path),
@@ -320,9 +383,10 @@ impl SessionFs {
             Node::Passthrough { .. } => Node::Passthrough {
                 rel: child_path.clone(),
             },
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
-                return Err(FsError::Errno(libc::ENOTDIR))
-            }
+            Node::Transcript { .. }
+            | Node::Rendered { .. }
+            | Node::ByIdLink { .. }
+            | Node::ViewLink { .. } => return Err(FsError::NotDir),
         };
         let attr_node = child.clone();
         let ino = self.inodes.ino_for(child_path, child);
@@ -352,7 +416,8 @@ impl SessionFs {
 
     fn attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
         match node {
-            Node::Root => Ok(attr_of(ino, &lstat(self.store.root())?)),
+            Node::Root => self.root_attr(ino),
+            Node::ViewDir { .. } | Node::ViewLink { .. } => self.view_attr(ino, node),
             Node::ById => {
                 let mut a = attr_of(ino, &lstat(self.store.root())?);
                 a.perm = 0o555;
@@ -409,6 +474,7 @@ impl SessionFs {
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)
             }
+            Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
             Node::Passthrough { rel } => Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?)),
         }
     }
@@ -428,11 +494,12 @@ impl SessionFs {
             Node::Transcript { project, session } if writing => {
                 if flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
                     log::warn!(
-                        "open of {}/{}/session.jsonl with O_TRUNC refused: transcripts are                          append-only; use >> (O_APPEND) to add lines",
+                        "open of {}/{}/session.jsonl with O_TRUNC refused: transcripts are \
+                         append-only; use >> (O_APPEND) to add lines",
                         project.to_string_lossy(),
                         session.to_string_lossy()
                     );
-                    return Err(FsError::Errno(libc::EPERM));
+                    return Err(FsError::Refused);
                 }
                 let append = flags & libc::O_APPEND != 0;
                 Handle::Writer(Arc::new(Writer::open(
@@ -441,6 +508,7 @@ impl SessionFs {
                     project,
                     session,
                     append,
+                    Arc::clone(&self.budget),
                 )?))
             }
             Node::Transcript { project, session } => {
@@ -451,6 +519,7 @@ impl SessionFs {
                 bypass = t.known_damage();
                 Handle::Transcript(t)
             }
+            Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let file = std::fs::OpenOptions::new()
@@ -462,7 +531,7 @@ impl SessionFs {
                     .map_err(|e| StoreError::io("open", &path, e))?;
                 Handle::File(Arc::new(file))
             }
-            _ => return Err(FsError::Errno(libc::EISDIR)),
+            _ => return Err(FsError::IsDir),
         };
         let writer = matches!(handle, Handle::Writer(_)) || bypass;
         Ok((self.add_handle(handle), writer))
@@ -472,9 +541,9 @@ impl SessionFs {
     ///
     /// Errors: EBADF for an unknown handle; EIO for a corrupt frame.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let handle = self.handles.lock().get(&fh).map(Handle::share);
-        match handle {
+        match self.handles.get(fh) {
             Some(Handle::Transcript(t)) => self.read_transcript(ino, &t, offset, size),
+            Some(Handle::Rendered(t, r)) => self.rendered_read(&t, &r, offset, size),
             Some(Handle::Writer(w)) => {
                 let dir = w.session_dir();
                 let (project, session) = split_session_dir(&dir);
@@ -492,15 +561,13 @@ impl SessionFs {
                         Ok(0) => break,
                         Ok(n) => got += n,
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            return Err(FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)))
-                        }
+                        Err(e) => return Err(FsError::Io(e)),
                     }
                 }
                 buf.truncate(got);
                 Ok(buf)
             }
-            _ => Err(FsError::Errno(libc::EBADF)),
+            None => Err(FsError::BadHandle),
         }
     }
 
@@ -534,21 +601,12 @@ impl SessionFs {
 
     /// Every open writer.
     pub(super) fn writers(&self) -> Vec<Arc<Writer>> {
-        self.handles
-            .lock()
-            .values()
-            .filter_map(|h| match h {
-                Handle::Writer(w) => Some(Arc::clone(w)),
-                _ => None,
-            })
-            .collect()
+        self.handles.writers()
     }
 
     /// Writers open on transcript `ino`.
     fn writers_of(&self, ino: u64) -> Vec<Arc<Writer>> {
-        let mut writers = self.writers();
-        writers.retain(|w| w.ino == ino);
-        writers
+        self.handles.writers_of(ino)
     }
 
     /// Bytes of complete lines pending in this mount's handles on the
@@ -594,24 +652,30 @@ impl SessionFs {
         only[from..to].to_vec()
     }
 
-    /// Forgets a file or directory handle; a writer commits what is pending
-    /// first (errors are logged: release reaches no caller).
-    pub fn release(&self, fh: u64) {
-        let handle = self.handles.lock().remove(&fh);
-        if let Some(Handle::Writer(w)) = handle {
-            if let super::writer::Committed::Batch = w.release(&self.store) {
+    /// Forgets a file handle; a writer commits what is pending first
+    /// (errors are logged: release reaches no caller) and gives its
+    /// pending memory back.
+    ///
+    /// Errors: none today (the result keeps release on the adapter's one
+    /// error path).
+    pub fn release(&self, fh: u64) -> FsResult<()> {
+        if let Some(Handle::Writer(w)) = self.handles.remove(fh) {
+            let committed = if w.held() >= RETURN_MEMORY_AT {
+                super::budget::give_back(|| w.release(&self.store))
+            } else {
+                w.release(&self.store)
+            };
+            if let super::writer::Committed::Batch = committed {
                 self.invalidate_attrs(w.ino);
             }
         }
+        Ok(())
     }
 
     /// Whether a writer that has not published its new session is open on
     /// the transcript `ino`.
     pub(super) fn has_unpublished_writer(&self, ino: u64) -> bool {
-        self.handles
-            .lock()
-            .values()
-            .any(|h| matches!(h, Handle::Writer(w) if w.ino == ino && w.is_unpublished()))
+        self.writers_of(ino).iter().any(|w| w.is_unpublished())
     }
 
     /// Names of virtual directories directly under the mount path `parent`
@@ -639,26 +703,41 @@ impl SessionFs {
     ///
     /// Errors: ENOTDIR, and the store's listing errors.
     pub fn readdir(&self, ino: u64, offset: u64) -> FsResult<Listing> {
+        self.readdir_as(&Caller::root(), ino, offset)
+    }
+
+    /// [`SessionFs::readdir`] for `caller`: a view lists only the sessions
+    /// [`SessionFs::visible_to`] the caller, and its listings are kept per
+    /// caller.
+    pub fn readdir_as(&self, caller: &Caller, ino: u64, offset: u64) -> FsResult<Listing> {
+        let key = (
+            ino,
+            if self.is_per_user(ino) {
+                caller.view_key()
+            } else {
+                0
+            },
+        );
         if offset != 0 {
-            if let Some(listing) = self.listings.lock().get(&ino) {
+            if let Some(listing) = self.listings.lock().get(&key) {
                 return Ok(Arc::clone(listing));
             }
         }
         let mut entries: Vec<(u64, DirEntry)> = self
-            .list(ino)?
+            .list(caller, ino)?
             .into_iter()
             .map(|e| (cookie_of(&e.name), e))
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
         let listing = Arc::new(entries);
-        self.listings.lock().put(ino, Arc::clone(&listing));
+        self.listings.lock().put(key, Arc::clone(&listing));
         Ok(listing)
     }
 
     /// Every entry of a directory, `.` and `..` included, in no order.
     ///
     /// Errors: ENOTDIR, and the store's listing errors.
-    fn list(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+    fn list(&self, caller: &Caller, ino: u64) -> FsResult<Vec<DirEntry>> {
         let (path, node) = self.node(ino)?;
         let mut entries = vec![
             DirEntry {
@@ -679,14 +758,30 @@ impl SessionFs {
         match node {
             Node::Root => {
                 add(BY_ID_DIR.into(), Kind::Dir, Node::ById);
+                for view in ViewKind::ALL {
+                    let node = Node::ViewDir {
+                        view,
+                        rel: String::new(),
+                    };
+                    add(view.dir_name().into(), Kind::Dir, node);
+                }
                 let mut names = self.store.list_projects()?;
                 names.extend(self.virtual_children(&path, &names));
                 for project in names {
                     add(project.clone(), Kind::Dir, Node::Project { project });
                 }
             }
+            Node::ViewDir { view, rel } => {
+                let visible = |f: &ViewFacts| self.visible_to(caller, &f.project, &f.session);
+                for (name, kind, node) in self.view_list(view, &rel, &visible)? {
+                    add(name.into(), kind, node);
+                }
+            }
             Node::ById => {
                 for (name, project, session) in self.store.by_id_entries()? {
+                    if !self.visible_to(caller, &project, &session) {
+                        continue;
+                    }
                     add(name, Kind::Symlink, Node::ByIdLink { project, session });
                 }
             }
@@ -714,7 +809,8 @@ impl SessionFs {
                             rel: path.join(&e.name),
                         },
                     };
-                    add(e.name, kind_of_entry(e.kind), node);
+                    let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
+                    add(e.name, kind, node);
                 }
             }
             Node::Session { project, session } => {
@@ -722,7 +818,21 @@ impl SessionFs {
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
                     other => other?,
                 };
+                // Listed beside session.jsonl without validating the
+                // transcript (a listing stays as cheap as before); it hides
+                // a file of that name on disk, as lookup does.
+                let rendered = listed.iter().any(|e| e.kind == EntryKind::Transcript);
+                if rendered {
+                    let node = Node::Rendered {
+                        project: project.clone(),
+                        session: session.clone(),
+                    };
+                    add(super::rendered::RENDERED_NAME.into(), Kind::File, node);
+                }
                 for e in listed {
+                    if rendered && e.name == super::rendered::RENDERED_NAME {
+                        continue;
+                    }
                     let node = match e.kind {
                         EntryKind::Transcript => Node::Transcript {
                             project: project.clone(),
@@ -732,18 +842,21 @@ impl SessionFs {
                             rel: path.join(&e.name),
                         },
                     };
-                    add(e.name, kind_of_entry(e.kind), node);
+                    let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
+                    add(e.name, kind, node);
                 }
             }
             Node::Passthrough { .. } => {
                 for e in self.store.list_session_dir(&path, false)? {
                     let rel = path.join(&e.name);
-                    add(e.name, kind_of_entry(e.kind), Node::Passthrough { rel });
+                    let kind = kind_of_entry(e.kind, &self.store.backing_path(&rel));
+                    add(e.name, kind, Node::Passthrough { rel });
                 }
             }
-            Node::Transcript { .. } | Node::ByIdLink { .. } => {
-                return Err(FsError::Errno(libc::ENOTDIR))
-            }
+            Node::Transcript { .. }
+            | Node::Rendered { .. }
+            | Node::ByIdLink { .. }
+            | Node::ViewLink { .. } => return Err(FsError::NotDir),
         }
         Ok(entries)
     }
@@ -754,31 +867,59 @@ impl SessionFs {
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
         match self.node(ino)?.1 {
             Node::ByIdLink { project, session } => Ok(by_id_target(&project, &session).into_vec()),
+            Node::ViewLink { view, rel } => self.view_target(view, &rel),
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let target =
                     std::fs::read_link(&path).map_err(|e| StoreError::io("readlink", &path, e))?;
                 Ok(target.into_os_string().into_vec())
             }
-            _ => Err(FsError::Errno(libc::EINVAL)),
+            _ => Err(FsError::NotLink),
         }
+    }
+
+    /// Attributes of the mount root (the store root's).
+    pub(super) fn root_attr(&self, ino: u64) -> FsResult<Attr> {
+        Ok(attr_of(ino, &lstat(self.store.root())?))
+    }
+
+    /// Attributes of the backing entry at `rel` (relative to the root).
+    pub(super) fn backing_attr(&self, ino: u64, rel: &Path) -> FsResult<Attr> {
+        Ok(attr_of(ino, &lstat(&self.store.backing_path(rel))?))
+    }
+
+    /// An ioctl on inode `ino`: none is served.
+    ///
+    /// Errors: ENOENT for an unknown inode, else ENOTTY.
+    pub fn ioctl(&self, ino: u64) -> FsResult<()> {
+        self.node(ino)?;
+        Err(FsError::NoIoctl)
+    }
+
+    /// Extended attributes of inode `ino` (get or list): none are kept.
+    ///
+    /// Errors: ENOSYS (the kernel stops asking).
+    pub fn xattrs(&self, _ino: u64) -> FsResult<()> {
+        Err(FsError::NoXattrs)
     }
 
     /// Statistics of the backing file system.
     ///
-    /// Errors: the errno of `statvfs` on the root.
+    /// Errors: [`FsError::Store`] with the error of `statvfs` on the root.
     pub fn statfs(&self) -> FsResult<FsStats> {
-        let path = std::ffi::CString::new(self.store.root().as_os_str().as_bytes())
-            .map_err(|_| FsError::Errno(libc::EINVAL))?;
+        let root = self.store.root();
+        let path = std::ffi::CString::new(root.as_os_str().as_bytes()).map_err(|_| {
+            StoreError::io(
+                "statvfs",
+                root,
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            )
+        })?;
         // SAFETY: statvfs writes into a zeroed struct we own; the path is a
         // valid NUL-terminated string.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-            return Err(FsError::Errno(
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO),
-            ));
+            return Err(StoreError::io("statvfs", root, std::io::Error::last_os_error()).into());
         }
         Ok(FsStats {
             blocks: st.f_blocks,
@@ -830,18 +971,6 @@ pub(super) fn split_session_dir(dir: &Path) -> (&OsStr, &OsStr) {
     let project = parts.next().unwrap_or_default();
     let session = parts.next().unwrap_or_default();
     (project, session)
-}
-
-impl Handle {
-    /// A second reference to the same handle (handles are shared by value
-    /// with the request that uses them, so the table lock is not held).
-    pub(super) fn share(&self) -> Handle {
-        match self {
-            Handle::Transcript(t) => Handle::Transcript(Arc::clone(t)),
-            Handle::Writer(w) => Handle::Writer(Arc::clone(w)),
-            Handle::File(f) => Handle::File(Arc::clone(f)),
-        }
-    }
 }
 
 /// The readdir cookie of a name: `.` is 1, `..` is 2, any other name a

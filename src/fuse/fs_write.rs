@@ -2,7 +2,7 @@
 //! namespace operations (mkdir, unlink, rmdir, rename, setattr), with the
 //! refusals MOUNT.md asks for ("Appending", "Creating a session").
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -40,7 +40,7 @@ impl Owner {
 
 fn eperm(what: String) -> FsError {
     log::warn!("{what}");
-    FsError::Errno(libc::EPERM)
+    FsError::Refused
 }
 
 fn io_errno(path: &Path, op: &'static str, e: std::io::Error) -> FsError {
@@ -52,6 +52,7 @@ fn io_errno(path: &Path, op: &'static str, e: std::io::Error) -> FsError {
 /// such names cannot be created, removed or renamed through the mount.
 fn is_store_owned_name(name: &OsStr) -> bool {
     name == VIEW_NAME
+        || name == super::rendered::RENDERED_NAME
         || name == "session.jsonl.zstd"
         || is_publication_temp(name)
         || is_foreign_transcript_name(name)
@@ -89,7 +90,7 @@ impl SessionFs {
                     Err(StoreError::NotFound { .. })
                 );
                 if exists && flags & libc::O_EXCL != 0 {
-                    return Err(FsError::Errno(libc::EEXIST));
+                    return Err(FsError::Exists);
                 }
                 if exists && flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
                     return Err(eperm(format!(
@@ -99,7 +100,14 @@ impl SessionFs {
                     )));
                 }
                 let append = flags & libc::O_APPEND != 0;
-                let writer = Arc::new(Writer::open(&self.store, ino, project, session, append)?);
+                let writer = Arc::new(Writer::open(
+                    &self.store,
+                    ino,
+                    project,
+                    session,
+                    append,
+                    Arc::clone(&self.budget),
+                )?);
                 let fh = self.add_handle(Handle::Writer(writer));
                 let attr = self.getattr(ino)?;
                 Ok((attr, fh, true))
@@ -144,10 +152,9 @@ impl SessionFs {
     /// the request carries O_APPEND.
     ///
     /// Errors: EBADF; the writer's errors (EPERM, EINVAL; see
-    /// [`Writer::write`]); the I/O error of a passed-through file.
+    /// `Writer::write`); the I/O error of a passed-through file.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], append: bool) -> FsResult<u32> {
-        let handle = self.handles.lock().get(&fh).map(Handle::share);
-        match handle {
+        match self.handles.get(fh) {
             Some(Handle::Writer(w)) => {
                 // The size this write must continue includes the lines
                 // pending in the transcript's other handles: they are
@@ -174,11 +181,10 @@ impl SessionFs {
                 } else {
                     f.write_all_at(data, offset)
                 };
-                r.map_err(|e| FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+                r.map_err(FsError::Io)?;
                 Ok(data.len() as u32)
             }
-            Some(Handle::Transcript(_)) => Err(FsError::Errno(libc::EBADF)),
-            _ => Err(FsError::Errno(libc::EBADF)),
+            Some(Handle::Transcript(_) | Handle::Rendered(..)) | None => Err(FsError::BadHandle),
         }
     }
 
@@ -211,10 +217,9 @@ impl SessionFs {
     /// descriptor): errors the writer must see are returned here, because
     /// `release` reaches no one.
     ///
-    /// Errors: see [`Writer::flush`].
+    /// Errors: see `Writer::flush`.
     pub fn flush(&self, fh: u64) -> FsResult<()> {
-        let handle = self.handles.lock().get(&fh).map(Handle::share);
-        if let Some(Handle::Writer(w)) = handle {
+        if let Some(Handle::Writer(w)) = self.handles.get(fh) {
             let committed = w.flush(&self.store);
             self.after_commit(&w, &committed);
             committed?;
@@ -224,19 +229,16 @@ impl SessionFs {
 
     /// Commits a writer's pending lines (fsync); syncs a passed-through file.
     ///
-    /// Errors: see [`Writer::fsync`]; the I/O error of `fsync(2)`.
+    /// Errors: see `Writer::fsync`; the I/O error of `fsync(2)`.
     pub fn fsync(&self, fh: u64) -> FsResult<()> {
-        let handle = self.handles.lock().get(&fh).map(Handle::share);
-        match handle {
+        match self.handles.get(fh) {
             Some(Handle::Writer(w)) => {
                 let committed = w.fsync(&self.store);
                 self.after_commit(&w, &committed);
                 committed?;
                 Ok(())
             }
-            Some(Handle::File(f)) => f
-                .sync_all()
-                .map_err(|e| FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO))),
+            Some(Handle::File(f)) => f.sync_all().map_err(FsError::Io),
             _ => Ok(()),
         }
     }
@@ -249,13 +251,31 @@ impl SessionFs {
     }
 
     /// Commits the writers whose batch window has expired (called by the
-    /// mount's committer thread).
-    pub fn commit_due(&self) {
+    /// mount's committer thread). Each commit runs on a thread of its own:
+    /// a commit may wait up to 10 s for its transcript's append lock, and
+    /// must not hold up the batch windows of other writers. A writer busy
+    /// in a commit is not due (see [`Writer::is_due`]), so one writer never
+    /// has more than one such thread at work.
+    pub fn commit_due(self: &Arc<Self>) {
         for w in self.writers() {
-            if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
-                self.committed_in(&w.session_dir());
-                self.invalidate_attrs(w.ino);
+            if !w.is_due(self.batch_window) {
+                continue;
             }
+            let core = Arc::clone(self);
+            let job = move || core.commit_if_due(&w);
+            let spawned = std::thread::Builder::new()
+                .name("sessionfs-batch".into())
+                .spawn(job);
+            if let Err(e) = spawned {
+                log::warn!("cannot start a batch commit thread ({e}); the batch waits");
+            }
+        }
+    }
+
+    fn commit_if_due(&self, w: &Writer) {
+        if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
+            self.committed_in(&w.session_dir());
+            self.invalidate_attrs(w.ino);
         }
     }
 
@@ -310,14 +330,14 @@ impl SessionFs {
         let (parent_path, parent_node) = self.node(parent)?;
         let child_path = parent_path.join(name);
         if self.lookup(parent, name).is_ok() || self.is_virtual(&child_path) {
-            return Err(FsError::Errno(libc::EEXIST));
+            return Err(FsError::Exists);
         }
         let text = name.to_string_lossy();
         let node = match parent_node {
             Node::Root => {
                 if !is_project_dir_name(&text) || text.as_bytes() != name.as_bytes() {
                     log::warn!("mkdir {text:?} refused: a project directory is named --<project key>-- or _no-cwd");
-                    return Err(FsError::Errno(libc::EINVAL));
+                    return Err(FsError::Invalid);
                 }
                 Node::Project {
                     project: name.to_os_string(),
@@ -326,7 +346,7 @@ impl SessionFs {
             Node::Project { project } => {
                 let id = decode_id(&text).map_err(|e| {
                     log::warn!("mkdir {text:?} refused: {e}");
-                    FsError::Errno(libc::EINVAL)
+                    FsError::Invalid
                 })?;
                 check_creatable_id(&id).map_err(|e| {
                     log::warn!("mkdir {text:?} refused: {e}");
@@ -347,7 +367,12 @@ impl SessionFs {
                 owner.apply(&path)?;
                 return self.lookup(parent, name);
             }
-            _ => return Err(FsError::Errno(libc::EPERM)),
+            _ => {
+                return Err(eperm(format!(
+                    "mkdir {text:?} refused: only the root, project and session directories \
+                     take new directories"
+                )))
+            }
         };
         self.virtual_dirs.lock().insert(child_path.clone());
         let ino = self.inodes.ino_for(child_path, node);
@@ -388,13 +413,16 @@ impl SessionFs {
                 .iter()
                 .any(|p| p.parent() == Some(&child_path));
             if has_children {
-                return Err(FsError::Errno(libc::ENOTEMPTY));
+                return Err(FsError::NotEmpty);
             }
             self.virtual_dirs.lock().remove(&child_path);
             return Ok(());
         }
-        if matches!(parent_node, Node::ById) {
-            return Err(FsError::Errno(libc::EPERM));
+        if matches!(parent_node, Node::ById | Node::ViewDir { .. }) {
+            return Err(eperm(format!(
+                "rmdir of {} refused: the .by-* views are the mount's own",
+                child_path.display()
+            )));
         }
         let path = self.store.backing_path(&child_path);
         std::fs::remove_dir(&path).map_err(|e| io_errno(&path, "rmdir", e))
@@ -404,16 +432,28 @@ impl SessionFs {
     /// and session directories never do (EPERM), so no session becomes
     /// misplaced and nothing committed is replaced.
     ///
-    /// Errors: EPERM; the backing `rename(2)` error.
+    /// `flags` are `renameat2(2)`'s: RENAME_EXCHANGE and RENAME_NOREPLACE
+    /// are not passed through.
+    ///
+    /// Errors: EINVAL for any flag; EPERM; the backing `rename(2)` error.
     pub fn rename(
         &self,
         parent: u64,
         name: &OsStr,
         new_parent: u64,
         new_name: &OsStr,
+        flags: u32,
     ) -> FsResult<()> {
         let (from_dir, from_node) = self.node(parent)?;
         let (to_dir, to_node) = self.node(new_parent)?;
+        if flags != 0 {
+            log::warn!(
+                "rename of {} with flags {flags:#x} refused: RENAME_EXCHANGE and \
+                 RENAME_NOREPLACE are not passed through; use a plain rename",
+                from_dir.join(name).display()
+            );
+            return Err(FsError::Invalid);
+        }
         let in_session = |n: &Node| matches!(n, Node::Session { .. } | Node::Passthrough { .. });
         let owned =
             |n: &Node, name: &OsStr| matches!(n, Node::Session { .. }) && is_store_owned_name(name);
@@ -440,17 +480,29 @@ impl SessionFs {
     /// times apply to the backing file. Passed-through entries take every
     /// change.
     ///
+    /// Ownership (`owner`, a new uid and gid) stays with the backing files:
+    /// any change is refused.
+    ///
     /// Errors: EPERM; the backing call's error.
     pub fn setattr(
         &self,
         ino: u64,
         mode: Option<u32>,
+        owner: (Option<u32>, Option<u32>),
         size: Option<u64>,
         mtime: Option<SystemTime>,
         atime: Option<SystemTime>,
     ) -> FsResult<Attr> {
         let (path, node) = self.node(ino)?;
+        if owner.0.is_some() || owner.1.is_some() {
+            return Err(eperm(format!(
+                "chown of {} refused: ownership stays with the backing files; change it \
+                 in the store itself",
+                path.display()
+            )));
+        }
         let backing = match &node {
+            Node::Rendered { .. } => return Err(eperm(format!("{} is read-only", path.display()))),
             Node::Transcript { project, session } => {
                 // The size is the committed length plus the complete lines
                 // pending in this mount's handles (MOUNT.md, Attributes):
@@ -546,26 +598,19 @@ impl SessionFs {
             }
             return Ok(());
         }
-        let handle = self.handles.lock().get(&fh).map(Handle::share);
-        let Some(Handle::File(f)) = handle else {
-            return Err(FsError::Errno(libc::EBADF));
+        let Some(Handle::File(f)) = self.handles.get(fh) else {
+            return Err(FsError::BadHandle);
         };
         let (Ok(offset), Ok(length)) = (i64::try_from(offset), i64::try_from(length)) else {
-            return Err(FsError::Errno(libc::EINVAL));
+            return Err(FsError::Invalid);
         };
         // SAFETY: the descriptor belongs to `f`, open for the call's duration.
         let r =
             unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&*f), mode, offset, length) };
         if r != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(FsError::Errno(e.raw_os_error().unwrap_or(libc::EIO)));
+            return Err(FsError::Io(std::io::Error::last_os_error()));
         }
         Ok(())
-    }
-
-    /// Names that the mount never lets a writer use, for the adapter.
-    pub fn is_store_owned(name: &OsStr) -> bool {
-        is_store_owned_name(name)
     }
 }
 
@@ -579,6 +624,3 @@ impl WriteAllAppend for &std::fs::File {
         std::io::Write::write_all(&mut self, data)
     }
 }
-
-#[allow(dead_code)]
-fn unused(_: OsString) {}

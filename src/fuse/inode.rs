@@ -26,6 +26,17 @@ pub enum Node {
         project: OsString,
         session: OsString,
     },
+    /// A directory of a `.by-cwd`, `.by-date` or `.by-title` view (`rel`:
+    /// its path inside the view, `""` for the view's top).
+    ViewDir {
+        view: crate::store::views::ViewKind,
+        rel: String,
+    },
+    /// A link of a view (`rel`: its path inside the view).
+    ViewLink {
+        view: crate::store::views::ViewKind,
+        rel: String,
+    },
     /// A project directory.
     Project { project: OsString },
     /// A session directory.
@@ -35,6 +46,11 @@ pub enum Node {
     },
     /// `session.jsonl`: the decompressed view of a transcript.
     Transcript {
+        project: OsString,
+        session: OsString,
+    },
+    /// `session.md`: the rendered transcript (issue 16, `rendered.rs`).
+    Rendered {
         project: OsString,
         session: OsString,
     },

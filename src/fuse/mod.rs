@@ -1,14 +1,24 @@
 //! The FUSE adapter: maps kernel requests to store calls and store errors
 //! to errno values. It holds no store logic.
 
+pub mod access;
 mod adapter;
+pub mod budget;
+mod crash_hook;
+pub mod error;
 pub mod fs;
+#[cfg(test)]
+mod fs_tests;
 mod fs_write;
+mod fusermount;
+mod handles;
 mod inode;
 pub mod mount_table;
 mod preflight;
+mod rendered;
 mod run;
 pub mod status;
+mod views;
 mod writer;
 
 pub use preflight::resolved;

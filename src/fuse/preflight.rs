@@ -154,8 +154,8 @@ fn user_allow_other() -> bool {
         .is_ok_and(|t| t.lines().any(|l| l.trim() == "user_allow_other"))
 }
 
-/// Access to FUSE: `/dev/fuse` for root; for a normal user, a setuid
-/// `fusermount3` (which opens `/dev/fuse` itself) and, for `allow_other`,
+/// Access to FUSE: `/dev/fuse` for root; for a normal user, read-write
+/// access to `/dev/fuse`, a setuid `fusermount3` and, for `allow_other`,
 /// `user_allow_other` in `/etc/fuse.conf`. `auto_unmount` needs
 /// `fusermount3` and `allow_root` or `allow_other`.
 fn check_fuse_access(config: &MountConfig) -> Result<(), String> {
@@ -197,22 +197,28 @@ fn check_fuse_access(config: &MountConfig) -> Result<(), String> {
              from the fuse3 package: apt-get install fuse3), or run as root"
         ));
     };
-    let setuid = std::fs::metadata(&helper).is_ok_and(|m| m.permissions().mode() & 0o4000 != 0);
-    let dev_access = access(dev, AccessFlags::R_OK | AccessFlags::W_OK).is_ok();
-    if !setuid && !dev_access {
-        return Err(format!(
-            "uid {uid} has no access to /dev/fuse and {} is not setuid root; as root: \
-             `chmod u+s {}` (the fuse3 package installs it so), or add the user to the \
-             group that owns /dev/fuse",
-            helper.display(),
-            helper.display()
-        ));
-    }
     if config.allow_other && !user_allow_other() {
         return Err(format!(
             "-o allow_other as a normal user (uid {uid}) needs `user_allow_other` in \
              /etc/fuse.conf; as root: echo user_allow_other >> /etc/fuse.conf (or drop \
              allow_other)"
+        ));
+    }
+    // fusermount3 opens /dev/fuse with the user's own file system uid.
+    if access(dev, AccessFlags::R_OK | AccessFlags::W_OK).is_err() {
+        return Err(format!(
+            "uid {uid} has no read-write access to /dev/fuse, which fusermount3 opens as the \
+             user; as root: `chmod 0666 /dev/fuse` (the usual mode, set by udev), or give a \
+             group of the user access to it"
+        ));
+    }
+    let setuid = std::fs::metadata(&helper).is_ok_and(|m| m.permissions().mode() & 0o4000 != 0);
+    if !setuid {
+        return Err(format!(
+            "{} is not setuid root, so a normal user cannot mount with it; as root: \
+             `chmod u+s {}` (the fuse3 package installs it so)",
+            helper.display(),
+            helper.display()
         ));
     }
     Ok(())

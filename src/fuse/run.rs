@@ -55,6 +55,9 @@ pub struct MountConfig {
     /// Every sessionfs option by its `-o` name with the value in effect,
     /// for `.sessionfs-status`.
     pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Budget of the bytes all writers may hold uncommitted (bytes; a
+    /// write past it fails with ENOSPC).
+    pub pending_budget: u64,
 }
 
 /// How often the serving loop checks for a signal or an external unmount.
@@ -103,6 +106,27 @@ fn mount_options(config: &MountConfig, read_only: bool) -> (Vec<MountOption>, Se
     (out, acl)
 }
 
+/// `fusermount3 -o` options for `config`: what [`mount_options`] gives
+/// the kernel, spelled as fusermount3 takes them.
+fn fusermount_options(config: &MountConfig, read_only: bool) -> Vec<String> {
+    let mut out = vec![
+        format!("fsname={}", fs_name(config)),
+        "subtype=sessionfs".to_string(),
+        "default_permissions".to_string(),
+        "nodev".to_string(),
+        "nosuid".to_string(),
+    ];
+    out.extend(config.kernel_options.iter().cloned());
+    if config.allow_other || config.allow_root {
+        // fuser filters the requests of others for allow_root.
+        out.push("allow_other".to_string());
+    }
+    if read_only {
+        out.push("ro".to_string());
+    }
+    out
+}
+
 /// The mount's source as mountinfo shows it: `sessionfs:<ROOT>`.
 fn fs_name(config: &MountConfig) -> String {
     format!("{}{}", mount_table::SOURCE_PREFIX, config.root.display())
@@ -132,7 +156,7 @@ fn keep_freed_memory() {
     // SAFETY: mallopt only tunes glibc's allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, super::budget::KEEP_FREED_BYTES);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
     }
 }
@@ -183,7 +207,16 @@ pub fn run_mount(
 ) -> Result<(), String> {
     raise_fd_limit();
     keep_freed_memory();
-    let read_only = preflight::check(&config)?;
+    let mut read_only = preflight::check(&config)?;
+    // What the root lives on (logged once, nothing written); a kind that
+    // cannot give the commit protocol what it needs mounts read-only.
+    if !read_only {
+        if let Err(reason) = crate::store::fskind::check_root(&config.root) {
+            log::warn!("{reason}");
+            eprintln!("sessionfs: {reason}");
+            read_only = true;
+        }
+    }
     let store = Store::open(
         &config.root,
         StoreOptions {
@@ -207,7 +240,9 @@ pub fn run_mount(
     fuse_config.clone_fd = true;
 
     let batch_window = Duration::from_millis(config.batch_ms);
-    let core = Arc::new(SessionFs::new(Arc::new(store), batch_window));
+    let mut core = SessionFs::new(Arc::new(store), batch_window);
+    core.set_pending_budget(config.pending_budget);
+    let core = Arc::new(core);
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
@@ -227,8 +262,24 @@ pub fn run_mount(
         Arc::clone(&core),
     ));
     let adapter = Adapter::new(Arc::clone(&core), config.attr_timeout).with_status(status);
-    let session = fuser::Session::new(adapter, &config.mountpoint, &fuse_config)
-        .map_err(|e| preflight::explain_mount_error(&config, &e))?;
+    let session = if nix::unistd::geteuid().is_root() || config.auto_unmount {
+        fuser::Session::new(adapter, &config.mountpoint, &fuse_config)
+            .map_err(|e| preflight::explain_mount_error(&config, &e))?
+    } else {
+        // A normal user mounts through fusermount3 (fuser's own path needs
+        // /dev/fuse open to the user: see fusermount.rs).
+        let fd =
+            super::fusermount::mount(&config.mountpoint, &fusermount_options(&config, read_only))
+                .map_err(|e| {
+                format!(
+                    "cannot mount {} on {}: {e}",
+                    config.root.display(),
+                    config.mountpoint.display()
+                )
+            })?;
+        fuser::Session::from_fd(adapter, fd, acl, fuse_config)
+            .map_err(|e| format!("cannot start the FUSE session: {e}"))?
+    };
     // The mount exists from here on: find its identity before anything
     // else can be mounted over it.
     let own = mount_table::top_at(&config.mountpoint)
@@ -273,13 +324,15 @@ pub fn run_mount(
                 })?;
             }
             log::info!(
-                "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} bytes)",
+                "mounted {} at {} ({}, attribute timeout {:?}, batch window {:?}, cache {} \
+                 bytes, pending budget {} bytes)",
                 config.root.display(),
                 config.mountpoint.display(),
                 if read_only { "read-only" } else { "read-write" },
                 config.attr_timeout,
                 batch_window,
-                config.cache_bytes
+                config.cache_bytes,
+                config.pending_budget
             );
             on_ready();
             serve(&own, &stop, &session_ended)
@@ -345,7 +398,10 @@ fn wait_until_serving(
     let probe = std::thread::Builder::new()
         .name("sessionfs-ready".into())
         .spawn(move || {
-            let r = std::fs::metadata(&path).and_then(|_| std::fs::read_dir(&path).map(|_| ()));
+            // A stat of the mount's root is a request the session must
+            // answer; nothing is opened, so a `umount` right after the mount
+            // appears never finds it busy because of this probe.
+            let r = std::fs::metadata(&path).map(|_| ());
             let _ = tx.send(r);
         });
     if probe.is_err() {
@@ -362,15 +418,20 @@ fn wait_until_serving(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Serving::Ended,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
-        if stop.load(Ordering::SeqCst) {
-            return Serving::Stopped;
-        }
-        if session_ended() {
-            return Serving::Ended;
-        }
-        if Instant::now() > deadline {
-            return Serving::TimedOut;
-        }
+        let outcome = if stop.load(Ordering::SeqCst) {
+            Serving::Stopped
+        } else if session_ended() {
+            Serving::Ended
+        } else if Instant::now() > deadline {
+            Serving::TimedOut
+        } else {
+            continue;
+        };
+        // The helper thread's request is answered by the still-running
+        // session (or fails once the connection ends): the daemon never
+        // exits while one of its own threads waits on its own mount.
+        let _ = rx.recv_timeout(Duration::from_secs(2));
+        return outcome;
     }
 }
 

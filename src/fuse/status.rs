@@ -102,6 +102,11 @@ pub struct Status {
     pub cache: CacheUse,
     /// Request counters.
     pub requests: RequestCounts,
+    /// Frames decoded by the mount's transcripts since it started.
+    pub frames_decoded: u64,
+    /// Sessions the views' catalog read (validated and scanned for a
+    /// title) since the mount started.
+    pub view_sessions_read: u64,
 }
 
 impl Status {
@@ -128,6 +133,8 @@ impl Status {
                 "errors": self.requests.errors,
                 "by_op": self.requests.by_op,
             },
+            "frames_decoded": self.frames_decoded,
+            "views": { "sessions_read": self.view_sessions_read },
         })
     }
 }
@@ -193,6 +200,8 @@ impl StatusFile {
                 errors: REQUESTS.errors.load(Ordering::Relaxed),
                 by_op,
             },
+            frames_decoded: crate::store::transcript::frames_decoded_total(),
+            view_sessions_read: crate::store::views::catalog::sessions_read(),
         }
     }
 
@@ -240,7 +249,7 @@ impl StatusFile {
             return None;
         }
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return Some(Err(FsError::Errno(libc::EROFS)));
+            return Some(Err(FsError::ReadOnlyStatus));
         }
         let fh = STATUS_FH_BIT | self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open.lock().insert(fh, Arc::new(self.render()));
@@ -254,7 +263,7 @@ impl StatusFile {
         }
         let text = self.open.lock().get(&fh).cloned();
         Some(match text {
-            None => Err(FsError::Errno(libc::EBADF)),
+            None => Err(FsError::BadHandle),
             Some(text) => {
                 let from = usize::try_from(offset)
                     .unwrap_or(usize::MAX)

@@ -12,17 +12,16 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::store::append::{append_with, TailHint};
-use crate::store::lines::SeqCursor;
-use crate::store::naming::{decode_id, project_dir_name};
-use crate::store::publish::publish_session;
-use crate::store::{Store, StoreError};
+use crate::store::session_writer::{drops_batch, Commit, SessionWriter};
+use crate::store::Store;
 
-use super::fs::{FsError, FsResult};
+use super::budget::PendingBudget;
+use super::error::{FsError, FsResult};
 
 /// Longest line a writer may send (bytes): a line is held whole until its
 /// newline arrives, so its length is what the handle costs in memory.
@@ -35,22 +34,26 @@ const COMMIT_AT_BYTES: usize = 4 << 20;
 
 /// The pending state of one writing handle.
 struct Pending {
-    /// Complete lines accepted but not yet committed.
-    lines: Vec<u8>,
+    /// The store's write policy for this session: the complete lines
+    /// accepted and not committed, and the `seq` cursor after them.
+    session: SessionWriter,
     /// An incomplete last line, waiting for the rest of it.
     partial: Vec<u8>,
-    /// `seq` continuity after the committed tail and `lines`.
-    cursor: SeqCursor,
     /// When the oldest uncommitted line arrived (the batch window's start).
     since: Option<Instant>,
     /// An error the next write, flush or fsync reports (a batch dropped or
     /// a commit failed in the background).
-    failed: Option<i32>,
-    /// Whether the transcript exists on disk (else the first commit
-    /// publishes a new session).
-    published: bool,
-    /// Where the last append ended, so the next one walks only new frames.
-    hint: Option<TailHint>,
+    failed: Option<Arc<FsError>>,
+    /// Bytes charged to the mount's pending budget for the pending lines
+    /// and `partial`.
+    charged: u64,
+}
+
+impl Pending {
+    /// Bytes this handle holds uncommitted.
+    fn held(&self) -> u64 {
+        (self.session.pending().len() + self.partial.len()) as u64
+    }
 }
 
 /// One open, writable `session.jsonl`.
@@ -62,6 +65,8 @@ pub struct Writer {
     /// Opened with O_APPEND: the offset of every write is ignored.
     append_only: bool,
     pending: Mutex<Pending>,
+    /// The mount's budget of pending bytes, shared by every writer.
+    budget: Arc<PendingBudget>,
 }
 
 /// What a commit changed, for the caller to tell the kernel.
@@ -72,9 +77,11 @@ pub enum Committed {
     Batch,
 }
 
-fn einval(what: String) -> FsError {
-    log::warn!("{what}");
-    FsError::Errno(libc::EINVAL)
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let p = self.pending.get_mut();
+        self.budget.resize(p.charged, 0);
+    }
 }
 
 impl Writer {
@@ -82,33 +89,30 @@ impl Writer {
     /// read now so that lines can be checked as they arrive.
     ///
     /// Errors: the store's error when the existing transcript cannot be
-    /// validated or continued.
+    /// validated or continued ([`SessionWriter::open`]).
     pub fn open(
         store: &Store,
         ino: u64,
         project: OsString,
         session: OsString,
         append_only: bool,
+        budget: Arc<PendingBudget>,
     ) -> FsResult<Writer> {
-        let (cursor, published) = match store.transcript(&project, &session) {
-            Ok(t) => (SeqCursor::after(t.next_seq()?), true),
-            Err(StoreError::NotFound { .. }) => (SeqCursor::new_session(), false),
-            Err(e) => return Err(e.into()),
-        };
+        let writer = SessionWriter::open(store, &project, &session)?
+            .with_commit_options(super::crash_hook::commit_options());
         Ok(Writer {
             ino,
             project,
             session,
             append_only,
             pending: Mutex::new(Pending {
-                lines: Vec::new(),
+                session: writer,
                 partial: Vec::new(),
-                cursor,
                 since: None,
                 failed: None,
-                published,
-                hint: None,
+                charged: 0,
             }),
+            budget,
         })
     }
 
@@ -117,9 +121,14 @@ impl Writer {
         Path::new(&self.project).join(&self.session)
     }
 
+    /// Bytes this handle holds uncommitted (charged to the pending budget).
+    pub fn held(&self) -> u64 {
+        self.pending.lock().charged
+    }
+
     /// Whether this writer has not yet published its new session.
     pub fn is_unpublished(&self) -> bool {
-        !self.pending.lock().published
+        !self.pending.lock().session.is_published()
     }
 
     /// Accepts `data` written at `offset` (ignored for O_APPEND handles or
@@ -128,9 +137,10 @@ impl Writer {
     ///
     /// Errors: EPERM for a write that is not at the end (inside committed
     /// data or past it); EINVAL when a complete line is not one valid JSON
-    /// object continuing `seq` (nothing is taken), or when an earlier batch
-    /// of this handle was dropped; a commit's error when the batch window
-    /// is 0.
+    /// object continuing `seq` or a header not naming this directory
+    /// ([`SessionWriter::accept`]; nothing is taken), or when an earlier
+    /// batch of this handle was dropped; EFBIG for a line over 16 MiB; a
+    /// commit's error when the batch window is 0.
     pub fn write(
         &self,
         store: &Store,
@@ -141,18 +151,55 @@ impl Writer {
         batch_window: Duration,
     ) -> FsResult<u32> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = p.failed.take() {
+            return Err(FsError::Earlier(e));
         }
-        let end = committed_len + (p.lines.len() + p.partial.len()) as u64;
+        let end = committed_len + (p.session.pending().len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
             log::warn!(
                 "write to {}/session.jsonl at offset {offset} refused: the transcript is \
                  append-only and ends at {end}; open it with O_APPEND (>>) to append",
                 self.session_dir().display()
             );
-            return Err(FsError::Errno(libc::EPERM));
+            return Err(FsError::Refused);
         }
+        // Charged before anything is taken: at most every byte of `data`
+        // stays pending, and the budget is settled to what really stays.
+        let wanted = p.held() + data.len() as u64;
+        if !self.budget.try_resize(p.charged, wanted) {
+            log::warn!(
+                "write of {} bytes to {}/session.jsonl refused (ENOSPC): the mount's writers \
+                 already hold {} of the {} bytes of --pending-budget uncommitted; end lines \
+                 with \\n, close or fsync other writers, or mount with a larger --pending-budget",
+                data.len(),
+                self.session_dir().display(),
+                self.budget.used(),
+                self.budget.limit()
+            );
+            return Err(FsError::PendingBudget);
+        }
+        p.charged = wanted;
+        let r = self.take(store, &mut p, data, batch_window);
+        self.settle(&mut p);
+        r
+    }
+
+    /// Charges the budget with what `p` holds now.
+    fn settle(&self, p: &mut Pending) {
+        let held = p.held();
+        self.budget.resize(p.charged, held);
+        p.charged = held;
+    }
+
+    /// Splits `data` into lines, checks the complete ones and keeps them
+    /// pending (the body of [`Writer::write`]).
+    fn take(
+        &self,
+        store: &Store,
+        p: &mut Pending,
+        data: &[u8],
+        batch_window: Duration,
+    ) -> FsResult<u32> {
         let Some(last_newline) = data.iter().rposition(|&b| b == b'\n') else {
             // No line ends here: the bytes wait on the handle, unchecked
             // until their line is complete (linear in the line's length).
@@ -162,73 +209,37 @@ impl Writer {
                      bytes; split the record",
                     self.session_dir().display()
                 );
-                return Err(FsError::Errno(libc::EFBIG));
+                return Err(FsError::LineTooLong);
             }
             p.partial.extend_from_slice(data);
             return Ok(data.len() as u32);
         };
-        if p.lines.is_empty() && p.published {
-            // Nothing of ours is pending: check against the transcript's
-            // tail as it is now, which other writers may have moved (a
-            // logger holding its descriptor for hours must keep working).
-            let t = store.transcript(&self.project, &self.session)?;
-            p.cursor = SeqCursor::after(t.next_seq()?);
+        let cut = last_newline + 1;
+        if data.len() - cut > MAX_LINE_BYTES {
+            return Err(FsError::LineTooLong);
         }
-        let mut joined = Vec::with_capacity(p.partial.len() + data.len());
-        joined.extend_from_slice(&p.partial);
-        joined.extend_from_slice(data);
-        let cut = p.partial.len() + last_newline + 1;
-        let (complete, rest) = joined.split_at(cut);
-        if rest.len() > MAX_LINE_BYTES {
-            return Err(FsError::Errno(libc::EFBIG));
+        let mut complete = std::mem::take(&mut p.partial);
+        complete.extend_from_slice(&data[..cut]);
+        if let Err(e) = p.session.accept(store, &complete) {
+            log::warn!(
+                "write to {}/session.jsonl refused: {e}",
+                self.session_dir().display()
+            );
+            complete.truncate(complete.len() - cut);
+            p.partial = complete;
+            return Err(e.into());
         }
-        let mut cursor = p.cursor;
-        let checked = cursor.check_batch(complete).map_err(|e| {
-            einval(format!(
-                "write to {}/session.jsonl refused: {}",
-                self.session_dir().display(),
-                e.into_store(
-                    &store
-                        .backing_path(&self.session_dir())
-                        .join(store.encoding().file_name())
-                ),
-            ))
-        })?;
-        if let Some(header) = &checked.header {
-            self.check_header(store, &header.id, header.cwd.as_deref())?;
-        }
-        p.lines.extend_from_slice(complete);
-        p.partial = rest.to_vec();
-        p.cursor = cursor;
-        if !p.lines.is_empty() && p.since.is_none() {
+        p.partial = data[cut..].to_vec();
+        if p.since.is_none() {
             p.since = Some(Instant::now());
         }
-        if batch_window.is_zero() || p.lines.len() >= COMMIT_AT_BYTES {
-            if let Err(e) = self.commit_locked(store, &mut p) {
+        if batch_window.is_zero() || p.session.pending().len() >= COMMIT_AT_BYTES {
+            if let Err(e) = self.commit_locked(store, p) {
                 p.failed = None; // reported here
                 return Err(e);
             }
         }
         Ok(data.len() as u32)
-    }
-
-    /// A new session's header must name this directory: its id decodes
-    /// from the directory name and its cwd derives the project directory.
-    fn check_header(&self, store: &Store, id: &str, cwd: Option<&str>) -> FsResult<()> {
-        let dir_id = decode_id(&self.session.to_string_lossy()).ok();
-        let project = project_dir_name(cwd).ok();
-        if dir_id.as_deref() != Some(id)
-            || project.as_deref().map(OsString::from) != Some(self.project.clone())
-        {
-            return Err(einval(format!(
-                "header refused for {}: its id {id:?} and cwd {cwd:?} identify {}/{}, not this \
-                 directory; write the header of this session (id = the directory's decoded name)",
-                store.backing_path(&self.session_dir()).display(),
-                project.unwrap_or_default(),
-                crate::store::naming::encode_id(id).unwrap_or_default(),
-            )));
-        }
-        Ok(())
     }
 
     /// Commits what is pending (fsync).
@@ -239,8 +250,8 @@ impl Writer {
     /// ENOSPC: the batch stays pending and a later fsync retries it).
     pub fn fsync(&self, store: &Store) -> FsResult<Committed> {
         let mut p = self.pending.lock();
-        if let Some(errno) = p.failed.take() {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = p.failed.take() {
+            return Err(FsError::Earlier(e));
         }
         let result = self.commit_locked(store, &mut p);
         if result.is_err() {
@@ -259,17 +270,18 @@ impl Writer {
         // A failure stays recorded after a flush reports it: the flush may
         // come from a forked child closing its copy of the descriptor, and
         // the owner's own fsync, write or close must still see it.
-        if let Some(errno) = p.failed {
-            return Err(FsError::Errno(errno));
+        if let Some(e) = &p.failed {
+            return Err(FsError::Earlier(Arc::clone(e)));
         }
         let committed = self.commit_locked(store, &mut p)?;
         if !p.partial.is_empty() {
-            return Err(einval(format!(
+            log::warn!(
                 "close of {}/session.jsonl with an incomplete last line ({} bytes without a \
                  final newline); it is not stored: end every line with \\n",
                 self.session_dir().display(),
                 p.partial.len()
-            )));
+            );
+            return Err(FsError::Invalid);
         }
         Ok(committed)
     }
@@ -283,7 +295,7 @@ impl Writer {
             Err(e) => {
                 log::error!(
                     "{} uncommitted bytes of {}/session.jsonl lost at release: errno {}",
-                    p.lines.len(),
+                    p.session.pending().len(),
                     self.session_dir().display(),
                     e.errno()
                 );
@@ -297,8 +309,14 @@ impl Writer {
                 p.partial.len(),
                 self.session_dir().display()
             );
-            p.partial.clear();
         }
+        // The memory goes back now, not when the last reference to this
+        // writer is dropped.
+        p.partial = Vec::new();
+        if !p.session.pending().is_empty() {
+            p.session.discard(store);
+        }
+        self.settle(&mut p);
         committed
     }
 
@@ -317,7 +335,7 @@ impl Writer {
     /// complete lines, then the incomplete last line.
     pub fn pending_bytes(&self) -> Vec<u8> {
         let p = self.pending.lock();
-        let mut out = p.lines.clone();
+        let mut out = p.session.pending().to_vec();
         out.extend_from_slice(&p.partial);
         out
     }
@@ -326,13 +344,26 @@ impl Writer {
     /// not yet committed (an incomplete last line is not counted): what
     /// this handle adds to the transcript's size (MOUNT.md, Attributes).
     pub fn pending_complete_len(&self) -> u64 {
-        self.pending.lock().lines.len() as u64
+        self.pending.lock().session.pending().len() as u64
+    }
+
+    /// Whether the batch window of the pending lines has expired, without
+    /// waiting: a writer whose lock is taken (a request or commit at work)
+    /// is not due.
+    pub fn is_due(&self, window: Duration) -> bool {
+        self.pending
+            .try_lock()
+            .is_some_and(|p| p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window))
     }
 
     /// Commits when the batch window has expired; an error is kept for the
-    /// handle's next write, flush or fsync.
+    /// handle's next write, flush or fsync. A writer busy in a request (a
+    /// commit that may wait for the session's lock) is skipped until a
+    /// later tick, so that it does not hold up other writers' windows.
     pub fn commit_if_due(&self, store: &Store, window: Duration) -> Committed {
-        let mut p = self.pending.lock();
+        let Some(mut p) = self.pending.try_lock() else {
+            return Committed::Nothing;
+        };
         let due = p.failed.is_none() && p.since.is_some_and(|t| t.elapsed() >= window);
         if !due {
             return Committed::Nothing;
@@ -340,84 +371,43 @@ impl Writer {
         match self.commit_locked(store, &mut p) {
             Ok(c) => c,
             Err(e) => {
-                p.failed = Some(e.errno());
+                p.failed = Some(Arc::new(e));
                 Committed::Nothing
             }
         }
     }
 
+    /// Commits the handle's batch through the store's [`SessionWriter`]
+    /// (which applies the drop policy); a dropped batch is recorded for the
+    /// handle's next write, flush or fsync, a kept one restarts the window.
     fn commit_locked(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
-        if p.lines.is_empty() {
-            return Ok(Committed::Nothing);
-        }
-        let batch = std::mem::take(&mut p.lines);
+        let r = self.commit_pending(store, p);
+        self.settle(p);
+        r
+    }
+
+    fn commit_pending(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
         p.since = None;
-        let result = if p.published {
-            self.append(store, p, &batch)
-        } else {
-            self.publish(store, p, &batch)
-        };
-        match result {
-            Ok(()) => Ok(Committed::Batch),
-            Err(
-                e @ (StoreError::SeqConflict { .. }
-                | StoreError::InvalidLine { .. }
-                | StoreError::AlreadyExists { .. }),
-            ) => {
-                // Another writer got there first: the batch is dropped whole
-                // and the handle continues from the real tail.
+        match p.session.commit(store) {
+            Ok(Commit::Nothing) => Ok(Committed::Nothing),
+            Ok(_) => Ok(Committed::Batch),
+            Err(e) if drops_batch(&e) => {
                 log::warn!(
                     "batch of {}/session.jsonl dropped: {e}",
                     self.session_dir().display()
                 );
-                p.failed = Some(e.errno());
-                if let Ok(t) = store.transcript(&self.project, &self.session) {
-                    if let Ok(next) = t.next_seq() {
-                        p.cursor = SeqCursor::after(next);
-                        p.published = true;
-                    }
-                }
-                Err(FsError::Errno(e.errno()))
+                let e = Arc::new(FsError::Store(e));
+                p.failed = Some(Arc::clone(&e));
+                Err(FsError::Earlier(e))
             }
             Err(e) => {
-                // The write failed and was rolled back: keep the batch, so
-                // that the writer's retry (fsync) commits it.
                 log::warn!(
                     "commit of {}/session.jsonl failed: {e}",
                     self.session_dir().display()
                 );
-                let mut restored = batch;
-                restored.extend_from_slice(&p.lines);
-                p.lines = restored;
                 p.since = Some(Instant::now());
                 Err(e.into())
             }
         }
-    }
-
-    fn append(&self, store: &Store, p: &mut Pending, batch: &[u8]) -> Result<(), StoreError> {
-        let path = store
-            .backing_path(&self.session_dir())
-            .join(store.encoding().file_name());
-        let outcome = append_with(&path, store.encoding(), p.hint.as_ref(), |tail| {
-            // Re-checked under the lock against the real tail.
-            SeqCursor::after(tail.next_seq)
-                .check_batch(batch)
-                .map_err(|e| e.into_store(&path))?;
-            Ok(batch.to_vec())
-        })?;
-        p.hint = Some(outcome.hint);
-        Ok(())
-    }
-
-    fn publish(&self, store: &Store, p: &mut Pending, batch: &[u8]) -> Result<(), StoreError> {
-        let (header, rest) = match batch.iter().position(|&b| b == b'\n') {
-            Some(i) => batch.split_at(i + 1),
-            None => (batch, &[][..]),
-        };
-        publish_session(store.root(), store.encoding(), header, rest)?;
-        p.published = true;
-        p.hint = None;
-        Ok(())
     }
 }

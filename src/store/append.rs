@@ -1,27 +1,75 @@
-//! Appending one batch of complete lines to a committed transcript.
+//! Appending one batch of complete lines to a committed transcript: the
+//! commit protocol, the same on every root.
 //!
 //! Source: FORMAT.md ("Writing": Append, Continuity) and MOUNT.md
-//! ("Appending"). Every append runs under an open-file-description lock
-//! (`F_OFD_SETLKW`) on the transcript, so appends from other handles,
-//! processes and mounts of the same root are serialized; under the lock
-//! the real tail is read again (frames another writer appended included),
-//! the batch is checked against it, written as one frame (or raw lines) at
-//! the end, and fsynced. A failed write or fsync is undone by truncating
-//! back to the previous length; committed bytes are never rewritten, and a
-//! torn tail is never truncated here (that is `sessionfs check --repair`).
+//! ("Appending", "Shared roots"). Steps of one commit
+//! ([`append_with_options`]):
+//!
+//! 1. open the transcript read-write (never `O_APPEND`, never truncating);
+//! 2. take the session's lock file ([`super::lease`]: exclusive create,
+//!    lease renewed by a thread; a dead holder's lock is taken over once
+//!    its lease ended);
+//! 3. check that the path still names the open file (device, inode) and
+//!    reopen it when it does not;
+//! 4. take an open-file-description lock on it as well where the file
+//!    system gives one (it serializes with older sessionfs versions on one
+//!    kernel);
+//! 5. learn the real length from the server through a fresh descriptor
+//!    (`statx(AT_STATX_FORCE_SYNC)` on remote kinds), confirm the tail is
+//!    complete and continue `seq` from the real last line; a torn frame
+//!    beyond the length recorded by a dead holder whose lock was taken over
+//!    is cut, its bytes kept in quarantine; any other torn tail is given
+//!    [`TORN_TAIL_WAIT`] to complete, then refused;
+//! 6. record that length in the lock body, build and check the batch;
+//! 7. `pwrite` the frame at that offset and fsync (a failure is undone by
+//!    truncating back, while the lease allows);
+//! 8. read the frame back through a fresh descriptor (`O_DIRECT` where the
+//!    client accepts it) and compare it byte for byte, and check the file
+//!    ends where the frame ends;
+//! 9. check the lease once more, then acknowledge (return) and remove the
+//!    lock.
+//!
+//! A holder whose lease expired never writes, truncates or acknowledges:
+//! the lease is checked before each of those steps. Anything unexpected
+//! fails the commit with [`StoreError::CommitFailed`] (EIO) and a log line
+//! saying what was found. Nothing is written when the batch is empty.
+//!
+//! # API for the other layers
+//! * [`append_with`] and [`append_batch`] keep their call shapes; they run
+//!   the protocol with [`CommitOptions::default`] (lease from
+//!   [`LeaseConfig::default`], protocol detected from the file system of
+//!   the session directory, holder [`HolderId::current`], quarantine under
+//!   `$XDG_STATE_HOME`).
+//! * [`append_with_options`] takes a [`CommitOptions`] (lease, protocol,
+//!   holder, quarantine folder, test hooks).
+//! * New errors: [`StoreError::LockBusy`] (EAGAIN: the lock stayed held by
+//!   a live holder for [`LeaseConfig::wait`], 45 s by default; nothing
+//!   written) and [`StoreError::CommitFailed`] (EIO: not acknowledged; when
+//!   it comes after the write, the frame may be stored, so re-read the tail
+//!   before retrying).
+//! * Environment overrides for tests: `SESSIONFS_LEASE_MS`,
+//!   `SESSIONFS_HOST_ID`, `SESSIONFS_BOOT_ID`, `SESSIONFS_CLOCK_OFFSET_MS`
+//!   ([`super::lease`]) and `SESSIONFS_FS_KIND` ([`super::fskind`]).
+//! * The mount's start-up calls [`super::fskind::check_root`] (logs the
+//!   kind once; `Err(reason)` means mount read-only).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use super::classify::{classify, Failure, WalkEnd};
 use super::error::{Result, StoreError};
 use super::frame::{encode_frame, walk_frame, FrameError, FrameInfo, FrameKind, Step};
+use super::fskind::{self, CommitProtocol};
+use super::lease::{self, HolderId, LeaseConfig, LockGuard};
 use super::lines::SeqCursor;
+use super::quarantine::{self, Quarantine};
 use super::tail::{last_line_of_frames, last_raw_line, next_seq_from_last_line, prev_newline};
 use super::transcript::Encoding;
 
@@ -32,6 +80,10 @@ pub const TORN_TAIL_WAIT: Duration = Duration::from_millis(50);
 /// How many times a torn tail that keeps changing is re-checked before the
 /// append gives up (a tail that did not change fails at the first re-check).
 const TORN_TAIL_CHECKS: usize = 5;
+
+/// How many times the transcript is reopened when its path keeps naming
+/// another file.
+const REOPENS: usize = 3;
 
 /// The committed end of a transcript, read under the append lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +133,53 @@ pub struct AppendOutcome {
     pub hint: TailHint,
 }
 
+/// A hook called with the transcript's path.
+pub type PathHook = Box<dyn Fn(&Path) + Send + Sync>;
+
+/// A hook called with the transcript's path and the frame's offset.
+pub type OffsetHook = Box<dyn Fn(&Path, u64) + Send + Sync>;
+
+/// Test hooks of the commit protocol, called at fixed points with the
+/// transcript's path (and, after the write, the frame's offset).
+#[derive(Default)]
+pub struct CommitHooks {
+    /// After the lock file is held, before the identity check.
+    pub after_lock: Option<PathHook>,
+    /// After the batch is built, before the lease check and the write.
+    pub before_write: Option<PathHook>,
+    /// After the write and fsync, before the read-back.
+    pub after_write: Option<OffsetHook>,
+}
+
+/// How a commit runs; [`Default`] is what every sessionfs writer uses.
+#[derive(Clone, Default)]
+pub struct CommitOptions {
+    /// Lease durations; `None`: [`LeaseConfig::default`] (15 s, or
+    /// `SESSIONFS_LEASE_MS`).
+    pub lease: Option<LeaseConfig>,
+    /// Protocol; `None`: detected from the session directory's file system
+    /// ([`fskind::protocol_for`]).
+    pub protocol: Option<CommitProtocol>,
+    /// Lock holder identity; `None`: [`HolderId::current`].
+    pub holder: Option<HolderId>,
+    /// Quarantine base for cut bytes; `None`: [`quarantine::base_dir`].
+    pub quarantine: Option<PathBuf>,
+    /// Test hooks.
+    pub hooks: Option<Arc<CommitHooks>>,
+}
+
+impl std::fmt::Debug for CommitOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitOptions")
+            .field("lease", &self.lease)
+            .field("protocol", &self.protocol)
+            .field("holder", &self.holder)
+            .field("quarantine", &self.quarantine)
+            .field("hooks", &self.hooks.is_some())
+            .finish()
+    }
+}
+
 /// Appends `batch` (complete lines) to the transcript at `path`, after
 /// `expected` has approved the tail read under the lock (it may, say,
 /// refuse a tail that moved since the caller last looked). The batch is
@@ -102,42 +201,68 @@ pub fn append_batch(
 
 /// Appends the batch that `build` makes from the tail read under the lock:
 /// a caller that numbers its lines from `tail.next_seq` can never conflict
-/// with another sessionfs writer. An empty batch writes nothing.
-///
-/// Steps: open `path` for appending (never truncating); take the
-/// `F_OFD_SETLKW` write lock on the whole file; find the real end (walking
-/// from `hint` when it still applies, else from the start) — a torn tail is
-/// re-read after [`TORN_TAIL_WAIT`]; compute the next `seq`; call `build`;
-/// check the batch; write it as one frame (zstd, one write call) or as the
-/// raw lines; fsync. If the write or the fsync fails, the file is truncated
-/// back to its previous length and the error returned.
+/// with another sessionfs writer. An empty batch writes nothing. Runs the
+/// commit protocol of the module docs with [`CommitOptions::default`].
 ///
 /// Errors: [`StoreError::NotFound`] when there is no transcript;
-/// [`StoreError::TornTail`] (EIO) when the last frame stays incomplete;
+/// [`StoreError::LockBusy`] (EAGAIN) when the session's lock stayed held by
+/// a live holder for the whole wait; [`StoreError::TornTail`] (EIO) when
+/// the last frame stays incomplete; [`StoreError::CommitFailed`] (EIO) when
+/// the lease expired, the path kept naming another file, the read-back
+/// differed or the file grew during the commit;
 /// [`StoreError::InvalidLine`] / [`StoreError::SeqConflict`] (EINVAL) for a
 /// batch that is not valid complete lines continuing the tail (nothing is
 /// written); [`StoreError::Corrupt`] / [`StoreError::HeaderLess`] when the
 /// committed transcript cannot be continued; [`StoreError::Io`] for the
-/// lock, the write (ENOSPC, EIO, EFBIG) or the fsync; any error of `build`.
+/// locks, the write (ENOSPC, EIO, EFBIG) or the fsync; any error of
+/// `build`.
 pub fn append_with(
     path: &Path,
     encoding: Encoding,
     hint: Option<&TailHint>,
     build: impl FnOnce(&AppendTail) -> Result<Vec<u8>>,
 ) -> Result<AppendOutcome> {
-    let file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| StoreError::io("open for append", path, e))?;
-    lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLKW)", path, e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| StoreError::io("stat", path, e))?;
-    let (dev, ino) = (meta.dev(), meta.ino());
+    append_with_options(path, encoding, hint, &CommitOptions::default(), build)
+}
+
+/// [`append_with`] with explicit [`CommitOptions`].
+///
+/// Errors: as [`append_with`].
+pub fn append_with_options(
+    path: &Path,
+    encoding: Encoding,
+    hint: Option<&TailHint>,
+    opts: &CommitOptions,
+    build: impl FnOnce(&AppendTail) -> Result<Vec<u8>>,
+) -> Result<AppendOutcome> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let protocol = opts.protocol.unwrap_or_else(|| fskind::protocol_for(dir));
+    let cfg = opts.lease.unwrap_or_default();
+    let holder = opts.holder.clone().unwrap_or_else(HolderId::current);
+    let hooks = opts.hooks.as_deref();
+
+    let mut file = open_rw(path)?;
+    let guard = lease::acquire(dir, path, &cfg, protocol, &holder)?;
+    if let Some(f) = hooks.and_then(|h| h.after_lock.as_ref()) {
+        f(path);
+    }
+    let (dev, ino) = settle_identity(path, &mut file, protocol)?;
+    take_ofd_lock(path, &file)?;
     let hint = hint.filter(|h| h.dev == dev && h.ino == ino);
-    let tail = settled_tail(path, &file, encoding, hint)?;
+    let quarantine = opts
+        .quarantine
+        .clone()
+        .or_else(|| quarantine::base_dir().ok());
+    let tail = settled_tail(
+        path,
+        &file,
+        protocol,
+        encoding,
+        hint,
+        &guard,
+        quarantine.as_deref(),
+    )?;
+    guard.record_len(tail.file_len)?;
 
     let batch = build(&tail)?;
     let mut cursor = SeqCursor::after(tail.next_seq);
@@ -171,14 +296,108 @@ pub fn append_with(
         Encoding::Zstd => encode_frame(&batch).map_err(|e| StoreError::io("compress", path, e))?,
         Encoding::Raw => batch,
     };
-    write_durably(path, &file, &bytes, tail.file_len)?;
+    if let Some(f) = hooks.and_then(|h| h.before_write.as_ref()) {
+        f(path);
+    }
+    guard.check(path, "writing the frame")?;
+    write_durably(path, &file, &bytes, tail.file_len, &guard)?;
+    if let Some(f) = hooks.and_then(|h| h.after_write.as_ref()) {
+        f(path, tail.file_len);
+    }
+    guard.check(path, "reading the frame back")?;
+    read_back(path, protocol, encoding, &bytes, tail.file_len)?;
+    guard.check(path, "acknowledging the frame")?;
     outcome.frame_len = bytes.len() as u64;
     outcome.new_file_len = tail.file_len + outcome.frame_len;
     outcome.hint.offset = outcome.new_file_len;
     outcome.hint.next_seq = outcome.next_seq;
+    drop(file); // releases the OFD lock
+    drop(guard); // removes the lock file
     Ok(outcome)
-    // Dropping `file` closes the only descriptor of this open file
-    // description, which releases the lock.
+}
+
+/// Opens the transcript for reading and positioned writes.
+fn open_rw(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| StoreError::io("open for append", path, e))
+}
+
+/// (device, inode, size) by `statx`, forcing the client to ask its server
+/// on a remote protocol. `path` relative to `fd` (empty: the fd itself).
+fn statx_at(fd: i32, path: &Path, protocol: CommitProtocol) -> io::Result<(u64, u64, u64)> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut flags = libc::AT_STATX_SYNC_AS_STAT;
+    if path.as_os_str().is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    if protocol == CommitProtocol::Remote {
+        flags |= libc::AT_STATX_FORCE_SYNC;
+    }
+    // SAFETY: a zeroed statx is a valid value; `c` is a valid C string and
+    // `fd` an open descriptor (or AT_FDCWD).
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statx(fd, c.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+    Ok((dev, st.stx_ino, st.stx_size))
+}
+
+/// Makes sure the path names the open file, reopening it when it does not
+/// (the transcript was replaced while this writer waited). Returns its
+/// (device, inode).
+///
+/// Errors: [`StoreError::CommitFailed`] when the path keeps changing.
+fn settle_identity(path: &Path, file: &mut File, protocol: CommitProtocol) -> Result<(u64, u64)> {
+    for _ in 0..REOPENS {
+        let meta = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat", path, e))?;
+        let (dev, ino) = (meta.dev(), meta.ino());
+        let (pdev, pino, _) = statx_at(libc::AT_FDCWD, path, protocol)
+            .map_err(|e| StoreError::io("stat", path, e))?;
+        if (pdev, pino) == (dev, ino) {
+            return Ok((dev, ino));
+        }
+        log::info!(
+            "{}: the path now names another file (inode {pino}, was {ino}); reopening it",
+            path.display()
+        );
+        *file = open_rw(path)?;
+    }
+    let found = "the path kept naming another file while it was reopened".to_string();
+    log::error!("{}: {found}", path.display());
+    Err(StoreError::CommitFailed {
+        path: path.to_path_buf(),
+        found,
+    })
+}
+
+/// Takes the OFD lock where the file system gives one; a file system that
+/// refuses locks entirely is passed over (the lock file serializes).
+fn take_ofd_lock(path: &Path, file: &File) -> Result<()> {
+    match lock_whole_file(file) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+            ) =>
+        {
+            log::debug!(
+                "{}: no OFD lock here ({e}); the lock file serializes",
+                path.display()
+            );
+            Ok(())
+        }
+        Err(e) => Err(StoreError::io("lock (F_OFD_SETLK)", path, e)),
+    }
 }
 
 /// Takes the open-file-description write lock on the whole file, waiting
@@ -191,9 +410,13 @@ pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {
     fl.l_start = 0;
     fl.l_len = 0; // to the end of the file, however far it grows
     fl.l_pid = 0; // required for OFD locks
-                  // Polled with a deadline rather than F_OFD_SETLKW: a writer that holds
-                  // the lock forever (stopped, or a forked child that inherited it) must
-                  // not hang the mount's request threads.
+
+    // Polled with F_OFD_SETLK until a deadline rather than blocking in
+    // F_OFD_SETLKW: a blocked F_OFD_SETLKW ends only when the lock is
+    // released or a signal arrives, so a writer that holds the lock forever
+    // (stopped, or a forked child that inherited the descriptor) would hang
+    // the mount's request threads; polling bounds the wait without a timer
+    // thread or signals. The pause doubles from 1 ms up to 20 ms.
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut pause = std::time::Duration::from_millis(1);
     loop {
@@ -236,46 +459,124 @@ enum Scan {
     },
 }
 
-/// The tail, giving a torn one time to complete: re-checked after
-/// [`TORN_TAIL_WAIT`]; refused when unchanged (or still changing after
-/// [`TORN_TAIL_CHECKS`] looks).
+/// The tail, read through a fresh descriptor whose length comes from the
+/// server. A torn frame beyond the length a dead holder recorded (this
+/// commit took its lock over) is cut and kept in quarantine; another torn
+/// tail is re-checked after [`TORN_TAIL_WAIT`] and refused when unchanged
+/// (or still changing after [`TORN_TAIL_CHECKS`] looks).
+#[allow(clippy::too_many_arguments)]
 fn settled_tail(
     path: &Path,
     file: &File,
+    protocol: CommitProtocol,
     encoding: Encoding,
     hint: Option<&TailHint>,
+    guard: &LockGuard,
+    quarantine: Option<&Path>,
 ) -> Result<AppendTail> {
     let mut previous: Option<u64> = None;
     let mut torn_at = 0;
+    let mut cut_done = false;
     for _ in 0..TORN_TAIL_CHECKS {
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io("stat", path, e))?
-            .len();
+        let fresh = lease::open_fresh_read(path, CommitProtocol::Local)
+            .map_err(|e| StoreError::io("open for reading", path, e))?;
+        let (_, _, len) = statx_at(fresh.as_raw_fd(), Path::new(""), protocol)
+            .map_err(|e| StoreError::io("stat", path, e))?;
         if previous == Some(len) {
             break;
         }
         let scan = match encoding {
-            Encoding::Zstd => scan_zstd(path, file, len, hint)?,
-            Encoding::Raw => scan_raw(path, file, len, hint)?,
+            Encoding::Zstd => scan_zstd(path, &fresh, len, hint)?,
+            Encoding::Raw => scan_raw(path, &fresh, len, hint)?,
         };
-        match scan {
+        let at = match scan {
             Scan::Complete(tail) => return Ok(tail),
-            Scan::Torn { at } => {
-                log::debug!(
-                    "{}: torn tail at byte {at}; re-reading in {TORN_TAIL_WAIT:?}",
-                    path.display()
-                );
-                torn_at = at;
-                previous = Some(len);
-                thread::sleep(TORN_TAIL_WAIT);
+            Scan::Torn { at } => at,
+        };
+        let recorded = guard.takeover().and_then(|t| t.recorded_len);
+        if let (false, Some(recorded)) = (cut_done, recorded) {
+            if at >= recorded {
+                cut_torn(path, file, &fresh, at, len, guard, quarantine)?;
+                cut_done = true;
+                continue;
             }
         }
+        log::debug!(
+            "{}: torn tail at byte {at}; re-reading in {TORN_TAIL_WAIT:?}",
+            path.display()
+        );
+        torn_at = at;
+        previous = Some(len);
+        thread::sleep(TORN_TAIL_WAIT);
     }
     Err(StoreError::TornTail {
         path: path.to_path_buf(),
         offset: torn_at,
     })
+}
+
+/// Cuts the torn frame `at..len` left by a dead holder: keeps the bytes in
+/// quarantine (fsynced) first, then truncates the transcript to `at` and
+/// fsyncs it; logs both.
+///
+/// Errors: [`StoreError::CommitFailed`] when there is no quarantine folder
+/// or keeping the bytes fails (nothing is cut); [`StoreError::Io`] for
+/// the truncation.
+fn cut_torn(
+    path: &Path,
+    file: &File,
+    fresh: &File,
+    at: u64,
+    len: u64,
+    guard: &LockGuard,
+    quarantine: Option<&Path>,
+) -> Result<()> {
+    let fail = |found: String| {
+        log::error!("{}: {found}", path.display());
+        StoreError::CommitFailed {
+            path: path.to_path_buf(),
+            found,
+        }
+    };
+    let previous = guard
+        .takeover()
+        .map(|t| t.previous.clone())
+        .unwrap_or_default();
+    let Some(base) = quarantine else {
+        return Err(fail(format!(
+            "a torn frame at byte {at} left by {previous}, but no quarantine folder (set \
+             XDG_STATE_HOME or HOME) to keep it in before cutting it"
+        )));
+    };
+    let (root, rel) = quarantine::root_and_rel(path);
+    let why = format!("torn frame of {previous}, whose lease ended; lock taken over");
+    let kept = Quarantine::create_in(base, &root)
+        .and_then(|q| {
+            let copy = q.copy_range(fresh, at, len, &rel)?;
+            q.note(&format!(
+                "bytes {at}..{len} of {} cut by sessionfs pid {}: {why}",
+                path.display(),
+                std::process::id()
+            ))?;
+            Ok(copy)
+        })
+        .map_err(|e| fail(format!("a torn frame at byte {at}, which could not be kept in quarantine ({e}); nothing was cut")))?;
+    guard.check(path, "cutting a torn frame")?;
+    file.set_len(at)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| StoreError::io("truncate torn frame", path, e))?;
+    log::warn!(
+        "{}: cut the torn frame at bytes {at}..{len} left by {previous}; the bytes are kept \
+         in {}",
+        path.display(),
+        kept.display()
+    );
+    eprintln!(
+        "sessionfs: {}: cut a torn frame left by a crashed writer; kept in {}",
+        path.display(),
+        kept.display()
+    );
+    Ok(())
 }
 
 /// Walks the frames of a zstd transcript of `len` bytes from the hint (or
@@ -363,21 +664,32 @@ fn scan_raw(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Resu
     }))
 }
 
-/// Writes `bytes` at the end of `file` (opened `O_APPEND`) and fsyncs it;
-/// on failure truncates back to `prev_len` (and fsyncs that) before
-/// returning the error.
-fn write_durably(path: &Path, file: &File, bytes: &[u8], prev_len: u64) -> Result<()> {
-    let mut f = file;
-    let written = f
-        .write_all(bytes)
-        .map_err(|e| ("append", e))
+/// Writes `bytes` at `offset` with `pwrite` and fsyncs; on failure
+/// truncates back to `offset` (and fsyncs that) if the lease still allows,
+/// then returns the error.
+fn write_durably(
+    path: &Path,
+    file: &File,
+    bytes: &[u8],
+    offset: u64,
+    guard: &LockGuard,
+) -> Result<()> {
+    let written = file
+        .write_all_at(bytes, offset)
+        .map_err(|e| ("write", e))
         .and_then(|()| file.sync_all().map_err(|e| ("fsync", e)));
     let Err((op, error)) = written else {
         return Ok(());
     };
-    if let Err(rollback) = file.set_len(prev_len).and_then(|()| file.sync_all()) {
+    if !guard.valid() {
         log::error!(
-            "{}: {op} failed ({error}) and truncating back to {prev_len} bytes failed too \
+            "{}: {op} failed ({error}) and the lease has ended, so the file is not \
+             truncated back to {offset} bytes; the next writer checks the tail",
+            path.display()
+        );
+    } else if let Err(rollback) = file.set_len(offset).and_then(|()| file.sync_all()) {
+        log::error!(
+            "{}: {op} failed ({error}) and truncating back to {offset} bytes failed too \
              ({rollback}); run `sessionfs check --repair {}`",
             path.display(),
             path.display()
@@ -386,10 +698,80 @@ fn write_durably(path: &Path, file: &File, bytes: &[u8], prev_len: u64) -> Resul
     Err(StoreError::io(op, path, error))
 }
 
+/// Reads the frame back through a fresh descriptor (`O_DIRECT` on a remote
+/// protocol where accepted) and compares it with what was written; checks
+/// that a zstd frame walks as one frame of that length and that the file
+/// ends where the frame ends.
+///
+/// Errors: [`StoreError::CommitFailed`] (EIO) saying what was found.
+fn read_back(
+    path: &Path,
+    protocol: CommitProtocol,
+    encoding: Encoding,
+    bytes: &[u8],
+    offset: u64,
+) -> Result<()> {
+    let fail = |found: String| {
+        log::error!(
+            "{}: read-back of the frame at byte {offset}: {found}",
+            path.display()
+        );
+        StoreError::CommitFailed {
+            path: path.to_path_buf(),
+            found: format!("the frame written at byte {offset} read back wrong: {found}"),
+        }
+    };
+    let fresh = lease::open_fresh_read(path, protocol)
+        .map_err(|e| StoreError::io("open for read-back", path, e))?;
+    let mut got = vec![0u8; bytes.len()];
+    let read = match fresh.read_exact_at(&mut got, offset) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // O_DIRECT reads refused here: read through the cache instead.
+            let plain = lease::open_fresh_read(path, CommitProtocol::Local)
+                .map_err(|e| StoreError::io("open for read-back", path, e))?;
+            plain.read_exact_at(&mut got, offset)
+        }
+        r => r,
+    };
+    match read {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(fail("the file ends inside it".into()))
+        }
+        Err(e) => return Err(StoreError::io("read back", path, e)),
+    }
+    if got != bytes {
+        let first = got.iter().zip(bytes).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(fail(format!(
+            "{} bytes differ, the first at byte {} of the frame",
+            got.iter().zip(bytes).filter(|(a, b)| a != b).count(),
+            first
+        )));
+    }
+    let end = offset + bytes.len() as u64;
+    let (_, _, len) = statx_at(fresh.as_raw_fd(), Path::new(""), protocol)
+        .map_err(|e| StoreError::io("stat", path, e))?;
+    if len != end {
+        return Err(fail(format!(
+            "the file is {len} bytes long, not {end}: another writer wrote during the commit"
+        )));
+    }
+    if encoding == Encoding::Zstd {
+        // Walked in memory: `got` is what the server holds there.
+        match walk_frame(&got[..], 0, got.len() as u64) {
+            Ok(Step::Frame(info)) if info.len == bytes.len() as u64 => {}
+            Ok(other) => return Err(fail(format!("it does not walk as one frame ({other:?})"))),
+            Err(e) => return Err(fail(format!("{}", StoreError::from_frame(path, e)))),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::frame::encode_frame;
+    use std::io::Write;
 
     const HEADER: &[u8] =
         b"{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"delegationDepth\":0}\n";
@@ -536,5 +918,400 @@ mod tests {
         f.write_all(b"{\"type\":").unwrap();
         let e = append_batch(&path, Encoding::Raw, ev(3).as_bytes(), |_| Ok(())).unwrap_err();
         assert!(matches!(e, StoreError::TornTail { offset, .. } if offset == text.len() as u64));
+    }
+}
+
+#[cfg(test)]
+mod protocol_tests {
+    use super::*;
+    use crate::store::frame::encode_frame;
+    use crate::store::lease::{LockBody, LOCK_NAME};
+    use std::fs;
+    use std::io::Write;
+    use std::time::Instant;
+
+    const HEADER: &[u8] =
+        b"{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"delegationDepth\":0}\n";
+
+    fn ev(seq: u64) -> String {
+        format!("{{\"type\":\"x\",\"seq\":{seq}}}\n")
+    }
+
+    fn fast() -> LeaseConfig {
+        LeaseConfig::from_lease(Duration::from_millis(300))
+    }
+
+    fn opts(quarantine: &Path) -> CommitOptions {
+        CommitOptions {
+            lease: Some(fast()),
+            protocol: Some(CommitProtocol::Local),
+            quarantine: Some(quarantine.to_path_buf()),
+            ..CommitOptions::default()
+        }
+    }
+
+    fn with_hooks(o: CommitOptions, hooks: CommitHooks) -> CommitOptions {
+        CommitOptions {
+            hooks: Some(Arc::new(hooks)),
+            ..o
+        }
+    }
+
+    /// root/p/s/session.jsonl.zstd holding the header and seq 0.
+    fn session(root: &Path) -> PathBuf {
+        let dir = root.join("p").join("s");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("session.jsonl.zstd");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&encode_frame(HEADER).unwrap()).unwrap();
+        f.write_all(&encode_frame(ev(0).as_bytes()).unwrap())
+            .unwrap();
+        path
+    }
+
+    fn dead_lock(dir: &Path, len: Option<u64>) {
+        let body = LockBody {
+            holder: HolderId {
+                host: "crashed-host".into(),
+                boot: "b".into(),
+                pid: 1,
+            },
+            token: "00000000deadbeef".into(),
+            len,
+            lease_ms: 300,
+            renewal: 4,
+            wall_ms: 0,
+        };
+        fs::write(dir.join(LOCK_NAME), body.encode()).unwrap();
+    }
+
+    #[test]
+    fn the_lock_file_is_taken_and_removed_and_a_live_holder_is_waited_for() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let dir = path.parent().unwrap().to_path_buf();
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let s2 = Arc::clone(&seen);
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |p: &Path| {
+                let body = fs::read(p.parent().unwrap().join(LOCK_NAME)).unwrap();
+                *s2.lock().unwrap() = LockBody::parse(&body);
+            })),
+            ..CommitHooks::default()
+        };
+        let before = fs::metadata(&path).unwrap().len();
+        append_with_options(
+            &path,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap();
+        let body = seen
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("a lock body during the commit");
+        assert_eq!(
+            body.len,
+            Some(before),
+            "the length before the commit is recorded"
+        );
+        assert!(!dir.join(LOCK_NAME).exists(), "removed after the commit");
+
+        // A live holder (renewing) keeps others out for the whole wait.
+        let holder = lease::acquire(
+            &dir,
+            &path,
+            &fast(),
+            CommitProtocol::Local,
+            &HolderId::current(),
+        )
+        .unwrap();
+        let o = CommitOptions {
+            lease: Some(LeaseConfig {
+                wait: Duration::from_millis(200),
+                ..fast()
+            }),
+            ..opts(q.path())
+        };
+        let len = fs::metadata(&path).unwrap().len();
+        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err();
+        assert_eq!(e.errno(), libc::EAGAIN, "{e}");
+        assert_eq!(fs::metadata(&path).unwrap().len(), len);
+        drop(holder);
+    }
+
+    #[test]
+    fn a_replaced_transcript_is_reopened_by_path() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let old = path.with_file_name("old-inode");
+        fs::hard_link(&path, &old).unwrap();
+        let original = fs::read(&path).unwrap();
+        let hooks = CommitHooks {
+            after_lock: Some(Box::new(|p: &Path| {
+                // Another machine replaced the file while we waited.
+                let copy = p.with_file_name("copy");
+                fs::copy(p, &copy).unwrap();
+                fs::rename(&copy, p).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let out = append_with_options(
+            &path,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap();
+        assert_eq!(
+            fs::read(&old).unwrap(),
+            original,
+            "the old inode is untouched"
+        );
+        let now = fs::read(&path).unwrap();
+        assert_eq!(now.len() as u64, out.new_file_len);
+        assert_eq!(&now[..original.len()], &original[..]);
+        assert_eq!(out.hint.ino, fs::metadata(&path).unwrap().ino());
+    }
+
+    #[test]
+    fn the_frame_goes_at_the_real_length_learned_under_the_lock() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let before = fs::read(&path).unwrap();
+        let other = encode_frame(ev(1).as_bytes()).unwrap();
+        let other2 = other.clone();
+        let hooks = CommitHooks {
+            after_lock: Some(Box::new(move |p: &Path| {
+                // A frame that landed on the server after this writer
+                // opened its descriptor.
+                let mut f = OpenOptions::new().append(true).open(p).unwrap();
+                f.write_all(&other2).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        // A descriptor-era hint that is now stale.
+        let meta = fs::metadata(&path).unwrap();
+        let hint = TailHint {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            offset: before.len() as u64,
+            next_seq: 1,
+        };
+        let out = append_with_options(
+            &path,
+            Encoding::Zstd,
+            Some(&hint),
+            &with_hooks(opts(q.path()), hooks),
+            |t| {
+                assert_eq!(t.next_seq, 2, "seq continues from the real last line");
+                Ok(ev(2).into_bytes())
+            },
+        )
+        .unwrap();
+        assert_eq!(out.frame_offset, (before.len() + other.len()) as u64);
+        let mut expected = before;
+        expected.extend(&other);
+        expected.extend(encode_frame(ev(2).as_bytes()).unwrap());
+        assert_eq!(fs::read(&path).unwrap(), expected);
+    }
+
+    #[test]
+    fn a_frame_that_reads_back_wrong_fails_with_eio() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let hooks = CommitHooks {
+            after_write: Some(Box::new(|p: &Path, at: u64| {
+                let f = OpenOptions::new().write(true).open(p).unwrap();
+                f.write_all_at(b"\xff", at + 5).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let e = append_with_options(
+            &path,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
+        assert!(e.to_string().contains("read back wrong"), "{e}");
+
+        // A file that grew past the frame during the commit fails too.
+        let path2 = session(&root.path().join("two"));
+        let hooks = CommitHooks {
+            after_write: Some(Box::new(|p: &Path, _| {
+                let mut f = OpenOptions::new().append(true).open(p).unwrap();
+                f.write_all(b"x").unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let e = append_with_options(
+            &path2,
+            Encoding::Zstd,
+            None,
+            &with_hooks(opts(q.path()), hooks),
+            |t| Ok(ev(t.next_seq).into_bytes()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("another writer wrote"), "{e}");
+    }
+
+    #[test]
+    fn a_holder_whose_lease_expired_never_writes() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let before = fs::read(&path).unwrap();
+        let cfg = LeaseConfig {
+            renew_every: Duration::from_secs(3600), // the renewals never arrive
+            ..fast()
+        };
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |_: &Path| {
+                std::thread::sleep(cfg.lease - cfg.holder_margin + Duration::from_millis(20));
+            })),
+            ..CommitHooks::default()
+        };
+        let o = CommitOptions {
+            lease: Some(cfg),
+            ..with_hooks(opts(q.path()), hooks)
+        };
+        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err();
+        assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
+        assert!(e.to_string().contains("lease"), "{e}");
+        assert_eq!(fs::read(&path).unwrap(), before, "nothing written");
+    }
+
+    #[test]
+    fn a_slow_commit_keeps_its_lease_by_renewing_and_is_not_taken_over() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let tx = std::sync::Mutex::new(tx);
+        let hooks = CommitHooks {
+            before_write: Some(Box::new(move |_: &Path| {
+                tx.lock().unwrap().send(()).unwrap();
+                // Three leases: only renewals keep the lock ours.
+                std::thread::sleep(fast().lease * 3);
+            })),
+            ..CommitHooks::default()
+        };
+        let slow_opts = with_hooks(opts(q.path()), hooks);
+        let slow_path = path.clone();
+        let slow = std::thread::spawn(move || {
+            append_with_options(&slow_path, Encoding::Zstd, None, &slow_opts, |t| {
+                Ok(ev(t.next_seq).into_bytes())
+            })
+        });
+        rx.recv().unwrap();
+        // Another writer waits for the whole slow commit and then follows it.
+        let patient = CommitOptions {
+            lease: Some(LeaseConfig {
+                wait: fast().lease * 20,
+                ..fast()
+            }),
+            ..opts(q.path())
+        };
+        let out = append_with_options(&path, Encoding::Zstd, None, &patient, |t| {
+            assert_eq!(t.next_seq, 2, "after the slow commit");
+            Ok(ev(2).into_bytes())
+        })
+        .unwrap();
+        let first = slow.join().unwrap().unwrap();
+        assert_eq!(first.next_seq, 2);
+        assert_eq!(out.frame_offset, first.new_file_len);
+        assert!(walk(q.path()).is_empty(), "nothing cut");
+    }
+
+    #[test]
+    fn a_dead_holders_torn_frame_is_cut_and_kept_after_the_lease() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let committed = fs::read(&path).unwrap();
+        dead_lock(path.parent().unwrap(), Some(committed.len() as u64));
+        let frame = encode_frame(ev(1).as_bytes()).unwrap();
+        let half = &frame[..frame.len() / 2];
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(half)
+            .unwrap();
+        let t0 = Instant::now();
+        let out = append_with_options(&path, Encoding::Zstd, None, &opts(q.path()), |t| {
+            assert_eq!(t.next_seq, 1);
+            Ok(ev(1).into_bytes())
+        })
+        .unwrap();
+        assert!(t0.elapsed() >= fast().takeover_after());
+        assert_eq!(out.frame_offset, committed.len() as u64);
+        let mut expected = committed.clone();
+        expected.extend(&frame);
+        assert_eq!(fs::read(&path).unwrap(), expected);
+        let kept: Vec<_> = walk(q.path());
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(fs::read(&kept[0]).unwrap(), half);
+        assert!(!path.parent().unwrap().join(LOCK_NAME).exists());
+    }
+
+    #[test]
+    fn a_torn_frame_below_the_recorded_length_is_never_cut() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let path = session(root.path());
+        let frame = encode_frame(ev(1).as_bytes()).unwrap();
+        let committed = fs::metadata(&path).unwrap().len();
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&frame[..frame.len() / 2])
+            .unwrap();
+        let torn = fs::read(&path).unwrap();
+        // The dead holder recorded a length past the torn frame's start:
+        // the torn bytes are not proven to be its own.
+        dead_lock(path.parent().unwrap(), Some(committed + 1));
+        let e = append_with_options(&path, Encoding::Zstd, None, &opts(q.path()), |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err();
+        assert!(matches!(e, StoreError::TornTail { .. }), "{e}");
+        assert_eq!(fs::read(&path).unwrap(), torn);
+        assert!(walk(q.path()).is_empty());
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.file_name().unwrap() != "note.txt" {
+                    out.push(p);
+                }
+            }
+        }
+        out
     }
 }

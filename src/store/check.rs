@@ -161,7 +161,7 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
         .open(path)
         .map_err(|e| StoreError::io("open", path, e))?;
     if repair {
-        lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLKW)", path, e))?;
+        lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLK)", path, e))?;
     }
     let meta = file
         .metadata()

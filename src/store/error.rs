@@ -97,6 +97,19 @@ pub enum StoreError {
     /// without replacing, so new sessions cannot be published safely
     /// (MOUNT.md, Creating a session). errno: EOPNOTSUPP.
     PublishUnsupported { root: PathBuf, reason: String },
+    /// The session's lock file (`.sessionfs.lock`, MOUNT.md "Shared
+    /// roots") stayed held by a live holder (`holder` describes it) for the
+    /// whole wait. Nothing was written. errno: EAGAIN.
+    LockBusy {
+        path: PathBuf,
+        holder: String,
+        waited: std::time::Duration,
+    },
+    /// The commit protocol met something it cannot prove safe (the lease
+    /// expired, the path names another file, the frame read back differs,
+    /// ...): the batch is not acknowledged (MOUNT.md "Shared roots").
+    /// `found` says what was found. errno: EIO.
+    CommitFailed { path: PathBuf, found: String },
 }
 
 /// A path as messages show it: control characters (a newline in a name)
@@ -173,6 +186,8 @@ impl StoreError {
             StoreError::TornTail { .. } => libc::EIO,
             StoreError::AlreadyExists { .. } => libc::EEXIST,
             StoreError::PublishUnsupported { .. } => libc::EOPNOTSUPP,
+            StoreError::LockBusy { .. } => libc::EAGAIN,
+            StoreError::CommitFailed { .. } => libc::EIO,
             StoreError::NameTooLong { .. } => libc::ENAMETOOLONG,
             StoreError::FlatArtifact { .. }
             | StoreError::EncodingMismatch { .. }
@@ -337,6 +352,23 @@ impl fmt::Display for StoreError {
                  on a file system with hard links or renameat2(RENAME_NOREPLACE), or mount \
                  with --read-only",
                 Shown(root)
+            ),
+            StoreError::LockBusy {
+                path,
+                holder,
+                waited,
+            } => write!(
+                f,
+                "{}: the session's lock file stayed held by {holder} for {waited:?}; nothing \
+                 was appended; retry, or find that writer (a crashed holder's lock is taken \
+                 over once its lease ends)",
+                Shown(path)
+            ),
+            StoreError::CommitFailed { path, found } => write!(
+                f,
+                "{}: commit not acknowledged: {found}; re-read the end of the transcript \
+                 before retrying, and run `sessionfs check` on it if this repeats",
+                Shown(path)
             ),
         }
     }

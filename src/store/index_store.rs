@@ -1,5 +1,5 @@
 //! Frame indexes persisted outside the store, so that a fresh mount need
-//! not walk a large transcript again (issue 3; MOUNT.md, Reading).
+//! not walk a large transcript again (MOUNT.md, Reading).
 //!
 //! One file per transcript, `<dir>/<device>-<inode>.idx`, written
 //! atomically (temporary + rename). An index is used only when its device

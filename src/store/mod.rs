@@ -14,17 +14,23 @@ pub mod decode;
 pub mod doctor;
 pub mod error;
 pub mod frame;
+pub mod fskind;
 pub mod header;
 pub mod index;
 pub mod index_store;
 pub mod json;
+pub mod lease;
 pub mod limits;
 pub mod lines;
 pub mod naming;
 pub mod publish;
 pub mod quarantine;
+pub mod render;
+pub mod session_writer;
 pub mod tail;
+pub mod title;
 pub mod transcript;
+pub mod views;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -38,6 +44,7 @@ use parking_lot::Mutex;
 pub use cache::{FrameCache, DEFAULT_CACHE_BYTES};
 pub use error::{Result, StoreError};
 pub use header::Header;
+pub use session_writer::{Commit, SessionWriter};
 pub use transcript::{Encoding, Transcript, TranscriptAttr};
 
 /// Name of the decompressed view of a transcript inside a session directory.
@@ -88,6 +95,9 @@ pub enum EntryKind {
     Transcript,
     /// A flat artifact `<project>/<name>.jsonl[.zstd]` (refused at lookup).
     FlatArtifact,
+    /// A FIFO, socket or device node passed through (its exact type is
+    /// the backing file's).
+    Special,
 }
 
 /// One entry of a listing.
@@ -115,8 +125,17 @@ pub fn is_flat_artifact_name(name: &OsStr) -> bool {
 }
 
 /// Whether `name` is a publication temporary (`session.jsonl.zstd.<hex>.tmp`
-/// or `session.jsonl.<hex>.tmp`): never shown (MOUNT.md, Details).
+/// or `session.jsonl.<hex>.tmp`) or a lock file of the commit protocol
+/// (`.sessionfs.lock`, its claims and temporaries: `.sessionfs.lock*`):
+/// never shown, never created or removed through the mount (MOUNT.md,
+/// Details and Shared roots).
 pub fn is_publication_temp(name: &OsStr) -> bool {
+    if name
+        .as_encoded_bytes()
+        .starts_with(lease::LOCK_NAME.as_bytes())
+    {
+        return true;
+    }
     let b = name.as_encoded_bytes();
     let Some(rest) = b
         .strip_prefix(b"session.jsonl.zstd.")
@@ -141,7 +160,7 @@ pub fn is_foreign_transcript_name(name: &OsStr) -> bool {
         && b != b"session.jsonl.zstd"
 }
 
-fn kind_of(path: &Path, file_type: fs::FileType) -> Option<EntryKind> {
+fn kind_of(file_type: fs::FileType) -> Option<EntryKind> {
     if file_type.is_dir() {
         Some(EntryKind::Dir)
     } else if file_type.is_file() {
@@ -149,8 +168,7 @@ fn kind_of(path: &Path, file_type: fs::FileType) -> Option<EntryKind> {
     } else if file_type.is_symlink() {
         Some(EntryKind::Symlink)
     } else {
-        let _ = path;
-        None
+        Some(EntryKind::Special)
     }
 }
 
@@ -163,7 +181,7 @@ fn read_dir_kinds(dir: &Path) -> Result<Vec<(OsString, EntryKind)>> {
         let Ok(file_type) = entry.file_type() else {
             continue;
         };
-        if let Some(kind) = kind_of(&entry.path(), file_type) {
+        if let Some(kind) = kind_of(file_type) {
             out.push((entry.file_name(), kind));
         }
     }
@@ -206,6 +224,12 @@ impl Store {
     /// The root directory (real path).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Where frame indexes (and renderings, issue 16, and the views'
+    /// catalog, issue 14) are persisted, if anywhere.
+    pub fn index_dir(&self) -> Option<&Path> {
+        self.index_dir.as_deref()
     }
 
     /// The root's encoding.
@@ -327,7 +351,7 @@ impl Store {
         }
         self.check_duplicates(project, session)?;
         let transcript = self.open_transcript(&path)?;
-        self.check_placement(&transcript, project, session)?;
+        self.check_placement(&transcript.header(), project, session, transcript.path())?;
         Ok(transcript)
     }
 
@@ -401,22 +425,35 @@ impl Store {
         })
     }
 
-    /// The header's id and cwd must derive the path the transcript was
-    /// found at (FORMAT.md, Identity rules).
-    fn check_placement(&self, t: &Transcript, project: &OsStr, session: &OsStr) -> Result<()> {
-        let header = t.header();
+    /// The one placement check of the store (FORMAT.md, Identity rules):
+    /// `header`'s id must encode to `session` and its cwd derive `project`
+    /// (`_no-cwd` when absent). `path` names the transcript concerned, for
+    /// the error. Used when a transcript is read ([`Store::transcript`]) and
+    /// when a header is written ([`session_writer::SessionWriter`], which
+    /// reports the same failure as an invalid line 1).
+    ///
+    /// Errors: [`StoreError::HeaderLess`] when the id or cwd cannot name a
+    /// storage path (the empty id); [`StoreError::Misplaced`] (its
+    /// `expected` is the transcript path the header derives) otherwise.
+    pub fn check_placement(
+        &self,
+        header: &Header,
+        project: &OsStr,
+        session: &OsStr,
+        path: &Path,
+    ) -> Result<()> {
         let (Ok(project_name), Ok(session_name)) = (
             naming::project_dir_name(header.cwd.as_deref()),
             naming::encode_id(&header.id),
         ) else {
             return Err(StoreError::header_less(
-                t.path(),
+                path,
                 "header id or cwd cannot name a storage path",
             ));
         };
         if project_name.as_str() != project || session_name.as_str() != session {
             return Err(StoreError::Misplaced {
-                path: t.path().to_path_buf(),
+                path: path.to_path_buf(),
                 expected: self
                     .root
                     .join(project_name)
@@ -467,4 +504,40 @@ fn detect_encoding(root: &Path) -> Result<Encoding> {
     } else {
         Encoding::Zstd
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_files_are_never_listed() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("--w--").join("s");
+        fs::create_dir_all(&dir).unwrap();
+        for name in [
+            "session.jsonl.zstd",
+            "notes.txt",
+            ".sessionfs.lock",
+            ".sessionfs.lock.wait",
+            ".sessionfs.lock.break.00000000deadbeef.0",
+            ".sessionfs.lock.0123456789abcdef.tmp",
+        ] {
+            fs::write(dir.join(name), b"").unwrap();
+        }
+        let store = Store::open(root.path(), StoreOptions::default()).unwrap();
+        let mut names: Vec<OsString> = store
+            .list_session_dir(Path::new("--w--/s"), true)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![OsString::from("notes.txt"), OsString::from(VIEW_NAME)]
+        );
+        assert!(is_publication_temp(OsStr::new(".sessionfs.lock")));
+        assert!(!is_publication_temp(OsStr::new(".sessionfs")));
+    }
 }

@@ -12,7 +12,7 @@ use std::ffi::{CString, OsStr};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,12 +22,12 @@ use super::error::{Result, StoreError};
 use super::frame::encode_frame;
 use super::header::{Header, HEADER_KEY_ORDER};
 use super::lines::{split_complete, SeqCursor};
-use super::naming::{check_creatable_id, encode_id, project_dir_name};
+use super::naming::{check_creatable_id, project_dir_name};
 use super::transcript::Encoding;
 
 /// `renameat2` flag: fail with EEXIST instead of replacing the target
-/// (`linux/fs.h`; not exported by the libc crate for Linux).
-const RENAME_NOREPLACE: libc::c_uint = 1;
+/// (`linux/fs.h`, as the libc crate exports it).
+const RENAME_NOREPLACE: libc::c_uint = libc::RENAME_NOREPLACE;
 
 /// How a new transcript is published without ever replacing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,46 +97,6 @@ pub fn plan_session(root: &Path, encoding: Encoding, line: &[u8]) -> Result<Sess
         dir,
         path,
     })
-}
-
-/// Checks that `header` belongs in the session directory `session` of the
-/// project directory `project` (as the mount names them): its id encodes
-/// to `session` and its cwd derives `project` (`_no-cwd` when absent).
-/// `path` names the transcript being written, for the error.
-///
-/// Errors: [`StoreError::InvalidLine`] (line 1, EINVAL) saying which.
-pub fn check_header_location(
-    path: &Path,
-    header: &Header,
-    project: &OsStr,
-    session: &OsStr,
-) -> Result<()> {
-    let invalid = |reason: String| StoreError::InvalidLine {
-        path: path.to_path_buf(),
-        line: 1,
-        reason,
-    };
-    let id_dir = encode_id(&header.id).map_err(|e| invalid(e.to_string()))?;
-    if id_dir.as_bytes() != session.as_bytes() {
-        return Err(invalid(format!(
-            "the header id {:?} belongs in session directory {id_dir:?}, not {:?}",
-            header.id,
-            session.to_string_lossy()
-        )));
-    }
-    let project_dir =
-        project_dir_name(header.cwd.as_deref()).map_err(|e| invalid(e.to_string()))?;
-    if project_dir.as_bytes() != project.as_bytes() {
-        let cwd = match &header.cwd {
-            Some(cwd) => format!("cwd {cwd:?}"),
-            None => "absence of a cwd".to_string(),
-        };
-        return Err(invalid(format!(
-            "the header's {cwd} belongs in project directory {project_dir:?}, not {:?}",
-            project.to_string_lossy()
-        )));
-    }
-    Ok(())
 }
 
 /// Publishes a new session: `header_line` (one line with its `\n`) as the
@@ -282,7 +242,7 @@ fn ensure_dir(dir: &Path, parent: &Path) -> Result<()> {
 }
 
 /// fsyncs a directory, so that entries just created in it are durable.
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::io("fsync directory", dir, e))
@@ -398,6 +358,20 @@ fn rename_unsupported(e: &io::Error) -> bool {
     )
 }
 
+/// Whether a failed `link`/`rename` onto `target` lost to another
+/// publisher: the target exists now and is not `temp` (network clients
+/// report the server's refusal as EPERM or EIO rather than EEXIST; sshfs
+/// maps SFTP's generic failure to EPERM).
+fn lost_to_another(temp: &Path, target: &Path) -> bool {
+    let Ok(t) = fs::symlink_metadata(target) else {
+        return false;
+    };
+    match fs::symlink_metadata(temp) {
+        Ok(m) => !(m.dev() == t.dev() && m.ino() == t.ino()),
+        Err(_) => true,
+    }
+}
+
 /// Publishes `temp` as `target`, never replacing an existing target.
 fn publish_file(
     root: &Path,
@@ -409,10 +383,14 @@ fn publish_file(
     if method != Some(PublishMethod::RenameNoReplace) {
         match fs::hard_link(temp, target) {
             Ok(()) => return Ok(()),
-            Err(e) if exists(&e) => {
+            Err(e) if exists(&e) || lost_to_another(temp, target) => {
+                log::debug!(
+                    "{}: link() refused ({e}); the target exists",
+                    target.display()
+                );
                 return Err(StoreError::AlreadyExists {
                     path: target.to_path_buf(),
-                })
+                });
             }
             Err(e) if method.is_none() && link_unsupported(&e) => {
                 log::debug!(
@@ -425,7 +403,7 @@ fn publish_file(
     }
     match rename_noreplace(temp, target) {
         Ok(()) => Ok(()),
-        Err(e) if exists(&e) => Err(StoreError::AlreadyExists {
+        Err(e) if exists(&e) || lost_to_another(temp, target) => Err(StoreError::AlreadyExists {
             path: target.to_path_buf(),
         }),
         Err(e) if rename_unsupported(&e) => Err(StoreError::PublishUnsupported {
@@ -436,7 +414,9 @@ fn publish_file(
     }
 }
 
-/// Checks, at mount time, how new sessions can be published under `root`:
+/// Checks how new sessions can be published under `root` (the mount does
+/// not call it: it writes nothing into ROOT at start-up, and finds the
+/// method at its first publication, in [`publish_session`]):
 /// tries `link()` between two probe files directly in the root (files
 /// there are not part of the store and are never shown), then a
 /// `renameat2(RENAME_NOREPLACE)` that must refuse to replace. Removes the
@@ -677,20 +657,6 @@ mod tests {
     }
 
     #[test]
-    fn header_location() {
-        let line = header("a/b", Some("/home/x"));
-        let h = parse_header(&line[..line.len() - 1]).unwrap();
-        let p = Path::new("t");
-        check_header_location(p, &h, OsStr::new("--home-x--"), OsStr::new("a~002Fb")).unwrap();
-        let e = check_header_location(p, &h, OsStr::new("--home-y--"), OsStr::new("a~002Fb"))
-            .unwrap_err();
-        assert!(e.to_string().contains("--home-x--"), "{e}");
-        let e =
-            check_header_location(p, &h, OsStr::new("--home-x--"), OsStr::new("ab")).unwrap_err();
-        assert_eq!(e.errno(), libc::EINVAL);
-    }
-
-    #[test]
     fn publishing_never_replaces_a_target() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("session.jsonl.zstd");
@@ -707,6 +673,20 @@ mod tests {
             1,
             "temporaries removed"
         );
+    }
+
+    #[test]
+    fn a_refusal_onto_an_existing_name_is_recognised_as_a_lost_race() {
+        let dir = tempfile::tempdir().unwrap();
+        let temp = dir.path().join("t.tmp");
+        let target = dir.path().join("session.jsonl.zstd");
+        fs::write(&temp, b"mine").unwrap();
+        assert!(!lost_to_another(&temp, &target), "no target: a real error");
+        fs::hard_link(&temp, &target).unwrap();
+        assert!(!lost_to_another(&temp, &target), "the target is ours");
+        fs::remove_file(&target).unwrap();
+        fs::write(&target, b"theirs").unwrap();
+        assert!(lost_to_another(&temp, &target), "another publisher's file");
     }
 
     #[test]

@@ -168,6 +168,20 @@ impl Quarantine {
         Ok(dest)
     }
 
+    /// Appends `text` (one line) to `<folder>/note.txt`, which says where
+    /// the folder's bytes came from and why; fsyncs it.
+    ///
+    /// Errors: creating or writing the note.
+    pub fn note(&self, text: &str) -> io::Result<()> {
+        let mut note = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(self.dir.join("note.txt"))?;
+        writeln!(note, "{text}")?;
+        note.sync_all()
+    }
+
     /// Reads back a copy made by [`Quarantine::copy_range`] (for checks).
     ///
     /// Errors: reading it.

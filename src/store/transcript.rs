@@ -81,6 +81,15 @@ pub struct TranscriptAttr {
 /// transcript never alias the old ones in the shared cache.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
+/// Frames decoded by every transcript of this process (cache hits do not
+/// count): a counter for tests and `.sessionfs-status`.
+static FRAMES_DECODED: AtomicU64 = AtomicU64::new(0);
+
+/// How many frames the transcripts of this process have decoded.
+pub fn frames_decoded_total() -> u64 {
+    FRAMES_DECODED.load(Ordering::Relaxed)
+}
+
 enum View {
     Zstd(FrameIndex),
     /// Raw mode: the view ends after the last complete line.
@@ -173,6 +182,12 @@ impl Transcript {
     /// The backing file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Device and inode of the backing file as last seen (what persisted
+    /// caches are keyed by).
+    pub fn ident(&self) -> FileIdent {
+        self.state.read().ident
     }
 
     /// The validated header.
@@ -414,6 +429,7 @@ impl Transcript {
             Some(c) if c.key() == key && c.pos() <= from => slot.insert(c),
             _ => {
                 self.frames_decoded.fetch_add(1, Ordering::Relaxed);
+                FRAMES_DECODED.fetch_add(1, Ordering::Relaxed);
                 let c = FrameCursor::open(Arc::clone(file), &frame.info, key)
                     .map_err(|e| StoreError::from_frame(&self.path, e))?;
                 slot.insert(c)
@@ -485,6 +501,7 @@ fn decoded_frame(
 ) -> Result<Arc<Vec<u8>>> {
     cache.get_or_decode(key, || {
         frames_decoded.fetch_add(1, Ordering::Relaxed);
+        FRAMES_DECODED.fetch_add(1, Ordering::Relaxed);
         let plain = if frame.info.len <= MAX_WHOLE_FRAME {
             let bytes =
                 read_frame(file, &frame.info).map_err(|e| StoreError::from_frame(path, e))?;
@@ -703,6 +720,7 @@ fn extend_view(
             let mut decoded = 0;
             let r = index.extend(file, file_len, &mut decoded);
             frames_decoded.fetch_add(decoded, Ordering::Relaxed);
+            FRAMES_DECODED.fetch_add(decoded, Ordering::Relaxed);
             r.map_err(|e| StoreError::from_frame(path, e))
         }
         View::Raw { plain_len } => {

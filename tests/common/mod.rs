@@ -13,6 +13,9 @@
 
 #![allow(dead_code)]
 
+pub mod lines;
+pub mod oracle;
+
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -57,6 +60,18 @@ pub fn sha256_hex(data: &[u8]) -> String {
         s.push_str(&format!("{b:02x}"));
     }
     s
+}
+
+/// A private copy of corpus case `case`'s root, as `(guard, TMP/root)`:
+/// tests never mount or write `../shared` itself.
+pub fn corpus_copy(case: &str) -> (TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("sessionfs-corpus-{case}-"))
+        .tempdir()
+        .expect("create a temporary directory");
+    let root = tmp.path().join("root");
+    copy_tree(&corpus_dir().join(case).join("root"), &root);
+    (tmp, root)
 }
 
 /// Copies the tree at `src` into `dst` (created if missing): directories
@@ -131,12 +146,79 @@ where
     let out = c
         .output()
         .unwrap_or_else(|e| panic!("cannot run `timeout ... {cmd}`: {e}"));
+    fail_on_timeout(cmd, &out);
+    out
+}
+
+/// Runs the test `name` of the running test binary alone in a new process
+/// (10 minutes at most), with `env` set and `--ignored` when `ignored`;
+/// the child has its own stdout and stderr (pipes). Panics with the
+/// child's output unless it ran exactly that test and it passed; returns
+/// the child's stderr.
+pub fn run_test_in_child(name: &str, ignored: bool, env: &[(&str, &OsStr)]) -> String {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", "600"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::null());
+    if ignored {
+        cmd.arg("--ignored");
+    }
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = format!(
+        "{name} in a child process: {}\n{}{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(out.status.success(), "{report}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "{name} did not run in the child: {report}"
+    );
+    stderr
+}
+
+/// Panics when `timeout` ended `cmd` (exit status 124, or 137 after `-k`).
+fn fail_on_timeout(cmd: &str, out: &Output) {
     if out.status.code() == Some(124) || out.status.code() == Some(137) {
         panic!(
             "`{cmd}` timed out after {COMMAND_TIMEOUT_SECS} s; stderr:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `run` with `input` on the command's stdin (written from another thread,
+/// so a command that answers before reading all of it cannot block).
+pub fn run_with_stdin<I, S>(cmd: &str, args: I, input: &[u8]) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut child = Command::new("timeout")
+        .arg("-k")
+        .arg("5")
+        .arg(COMMAND_TIMEOUT_SECS.to_string())
+        .arg(cmd)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run `timeout ... {cmd}`: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = thread::spawn(move || {
+        // A command that exits without reading all of it closes the pipe.
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    fail_on_timeout(cmd, &out);
     out
 }
 
@@ -341,6 +423,70 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Aborts the FUSE connection of `path` if it is still in use once `limit`
+/// has passed without `done` being set, so that blocked calls fail with
+/// ENOTCONN instead of hanging the run.
+fn spawn_watchdog(path: PathBuf, limit: Duration, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        if !done.load(Ordering::SeqCst) && is_mounted(&path) {
+            eprintln!(
+                "watchdog: the mount at {} is still in use after {limit:?}; aborting its \
+                 FUSE connection so blocked calls fail with ENOTCONN",
+                path.display()
+            );
+            abort_fuse_connection(&path);
+        }
+    })
+}
+
+/// A mount point whose daemon the test did not start itself (the mount(8)
+/// helper form detaches one): watched by the same watchdog as [`Mount`],
+/// and detached on drop if still mounted.
+pub struct WatchedMountPoint {
+    path: PathBuf,
+    done: Arc<AtomicBool>,
+    watchdog: Option<thread::JoinHandle<()>>,
+}
+
+impl WatchedMountPoint {
+    /// Watches `path` (canonicalized) from now on.
+    pub fn new(path: &Path) -> WatchedMountPoint {
+        let path = fs::canonicalize(path).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let watchdog = spawn_watchdog(path.clone(), watchdog_duration(), done.clone());
+        WatchedMountPoint {
+            path,
+            done,
+            watchdog: Some(watchdog),
+        }
+    }
+}
+
+impl Drop for WatchedMountPoint {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if is_mounted(&self.path) {
+            abort_fuse_connection(&self.path);
+            if let Err(e) = umount_detach(&self.path) {
+                eprintln!(
+                    "WatchedMountPoint::drop: umount2({}, MNT_DETACH): {e}",
+                    self.path.display()
+                );
+            }
+        }
+        if let Some(w) = self.watchdog.take() {
+            let _ = w.join();
+        }
+    }
+}
+
 fn watchdog_duration() -> Duration {
     std::env::var("SESSIONFS_TEST_WATCHDOG_SECS")
         .ok()
@@ -376,21 +522,114 @@ impl Mount {
     /// `start`, with the watchdog set to abort the FUSE connection once the
     /// mount has been up for `limit` (for tests that legitimately run long).
     pub fn start_with_watchdog(root: &Path, extra_args: &[&str], limit: Duration) -> Mount {
-        Mount::start_inner(root, extra_args, limit, None)
+        Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            None,
+            extra_args,
+            limit,
+            None,
+            &[],
+            &[],
+        )
     }
 
     /// `start`, with the daemon's address space limited to `bytes`
     /// (`RLIMIT_AS`, set in the child before exec): a daemon that tries to
     /// allocate more gets allocation failures instead of memory.
     pub fn start_with_rlimit_as(root: &Path, extra_args: &[&str], bytes: u64) -> Mount {
-        Mount::start_inner(root, extra_args, watchdog_duration(), Some(bytes))
+        Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            None,
+            extra_args,
+            watchdog_duration(),
+            Some(bytes),
+            &[],
+            &[],
+        )
     }
 
-    fn start_inner(
+    /// `start_with_watchdog`, with the daemon started through `wrapper`
+    /// (a command that ends by exec'ing its arguments, so the daemon keeps
+    /// the pid this harness signals: `unshare --uts ...`, `env ...`) and with
+    /// `envs` added to its environment. Used by the shared-root network
+    /// tests to give mounts different host identities or clocks.
+    pub fn start_wrapped(
         root: &Path,
         extra_args: &[&str],
         limit: Duration,
+        wrapper: &[&OsStr],
+        envs: &[(&OsStr, &OsStr)],
+    ) -> Mount {
+        Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            None,
+            extra_args,
+            limit,
+            None,
+            wrapper,
+            envs,
+        )
+    }
+
+    /// `start` on the existing directory `mnt` (kept on drop), for tests of
+    /// a mount point itself. Over a mount point left behind by a killed
+    /// daemon it returns at once (the stale mount is in mountinfo): wait
+    /// for the new daemon to serve before using it.
+    pub fn start_at(root: &Path, mnt: &Path, extra_args: &[&str]) -> Mount {
+        Mount::start_inner(
+            Path::new(env!("CARGO_BIN_EXE_sessionfs")),
+            root,
+            Some(mnt),
+            extra_args,
+            watchdog_duration(),
+            None,
+            &[],
+            &[],
+        )
+    }
+
+    /// Kills the daemon with SIGKILL (no clean unmount: the mount point is
+    /// left behind, answering ENOTCONN) and reaps it. The watchdog keeps
+    /// watching the mount point; drop still detaches it.
+    pub fn kill_daemon(&mut self) {
+        let mut child = self.child.take().expect("daemon already stopped");
+        signal(&child, libc::SIGKILL);
+        let _ = child.wait();
+    }
+
+    /// `start_with_watchdog` with another `sessionfs` binary (the release
+    /// build: [`release_binary`]) and extra environment variables of the
+    /// daemon.
+    pub fn start_custom(
+        bin: &Path,
+        root: &Path,
+        extra_args: &[&str],
+        limit: Duration,
+        envs: &[(&str, &str)],
+    ) -> Mount {
+        let envs: Vec<(&OsStr, &OsStr)> = envs
+            .iter()
+            .map(|(k, v)| (OsStr::new(*k), OsStr::new(*v)))
+            .collect();
+        Mount::start_inner(bin, root, None, extra_args, limit, None, &[], &envs)
+    }
+
+    /// Starts the daemon `bin`: on `at` (kept on drop) or on a new
+    /// temporary mount point, under `RLIMIT_AS` = `rlimit_as`, through
+    /// `wrapper`, with `envs` added to its environment.
+    #[allow(clippy::too_many_arguments)]
+    fn start_inner(
+        bin: &Path,
+        root: &Path,
+        at: Option<&Path>,
+        extra_args: &[&str],
+        limit: Duration,
         rlimit_as: Option<u64>,
+        wrapper: &[&OsStr],
+        envs: &[(&OsStr, &OsStr)],
     ) -> Mount {
         assert!(
             Path::new("/dev/fuse").exists(),
@@ -408,11 +647,17 @@ impl Mount {
             );
         }
 
-        let mnt_dir = tempfile::Builder::new()
-            .prefix("sessionfs-mnt-")
-            .tempdir()
-            .expect("create mount point");
-        let mnt_path = fs::canonicalize(mnt_dir.path()).unwrap();
+        let (mnt_dir, mnt_path) = match at {
+            Some(mnt) => (None, fs::canonicalize(mnt).unwrap()),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("sessionfs-mnt-")
+                    .tempdir()
+                    .expect("create mount point");
+                let path = fs::canonicalize(dir.path()).unwrap();
+                (Some(dir), path)
+            }
+        };
         let log_dir = tempfile::Builder::new()
             .prefix("sessionfs-log-")
             .tempdir()
@@ -421,7 +666,15 @@ impl Mount {
         let log = File::create(&log_path).expect("create log file");
         let log_out = log.try_clone().unwrap();
 
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(bin),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+        };
+        cmd.envs(envs.iter().copied());
         cmd.arg("mount")
             .arg(&root_abs)
             .arg(&mnt_path)
@@ -454,13 +707,13 @@ impl Mount {
         }
         let child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", env!("CARGO_BIN_EXE_sessionfs")));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
 
         let done = Arc::new(AtomicBool::new(false));
         let mut mount = Mount {
             child: Some(child),
             mnt_path,
-            mnt_dir: Some(mnt_dir),
+            mnt_dir,
             log_path,
             _log_dir: log_dir,
             done: done.clone(),
@@ -494,24 +747,7 @@ impl Mount {
             thread::sleep(Duration::from_millis(10));
         }
 
-        let path = mount.mnt_path.clone();
-        mount.watchdog = Some(thread::spawn(move || {
-            let deadline = Instant::now() + limit;
-            while Instant::now() < deadline {
-                if done.load(Ordering::SeqCst) {
-                    return;
-                }
-                thread::sleep(Duration::from_millis(50));
-            }
-            if !done.load(Ordering::SeqCst) {
-                eprintln!(
-                    "watchdog: the mount at {} is still in use after {limit:?}; aborting its \
-                     FUSE connection so blocked calls fail with ENOTCONN",
-                    path.display()
-                );
-                abort_fuse_connection(&path);
-            }
-        }));
+        mount.watchdog = Some(spawn_watchdog(mount.mnt_path.clone(), limit, done));
         mount
     }
 
@@ -689,4 +925,66 @@ pub fn expected_readraw_sha(case: &str, id: &str) -> String {
         .and_then(|s| s["readRaw"]["sha256"].as_str())
         .unwrap_or_else(|| panic!("{case}: no readRaw sha256 for {id}"))
         .to_string()
+}
+
+/// A reproducible random number generator (proptest's ChaCha) seeded with
+/// `seed`, for tests that need varied but repeatable sizes.
+pub fn seeded_rng(seed: u64) -> proptest::test_runner::TestRng {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes)
+}
+
+/// The release build of `sessionfs` (the shipped profile), built once per
+/// test process with `cargo build --release` beside the test's own binary
+/// (`target/release/sessionfs`). Panics when the build fails.
+pub fn release_binary() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let debug_bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
+        // target/<profile>/sessionfs -> target/release/sessionfs
+        let target = debug_bin
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lies in target/<profile>/");
+        let out = Command::new("timeout")
+            .args(["-k", "10", "900"])
+            .arg(cargo)
+            .args([
+                "build",
+                "--release",
+                "--bin",
+                "sessionfs",
+                "--manifest-path",
+            ])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cargo build --release");
+        assert!(
+            out.status.success(),
+            "cargo build --release failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin = target.join("release/sessionfs");
+        assert!(bin.is_file(), "no release binary at {}", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// The resident set size of process `pid` in KiB (`VmRSS` of
+/// /proc/PID/status). Panics when the process is gone.
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }

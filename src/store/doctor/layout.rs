@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::super::lease::{LeaseConfig, LockBody, BODY_LEN, LOCK_NAME};
 use super::super::naming::is_project_dir_name;
 use super::super::transcript::Encoding;
 use super::super::{is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp};
@@ -18,15 +19,6 @@ use super::finding::{Finding, Kind};
 /// A publication temporary older than this is left by a crash (a live
 /// publication takes milliseconds).
 pub const TEMP_STALE_AFTER: Duration = Duration::from_secs(60);
-
-/// The shared-root protocol's lease when a lock body names none.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
-
-/// A waiter's margin on top of the lease before a lock counts as stale.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
-
-/// The lock file of the shared-root protocol.
-pub const LOCK_NAME: &str = ".sessionfs.lock";
 
 /// One transcript found in a session directory.
 #[derive(Debug, Clone)]
@@ -89,20 +81,20 @@ fn age(meta: &fs::Metadata, now: SystemTime) -> Duration {
         .unwrap_or_default()
 }
 
-/// The lease a lock body names (`lease_ms`), read from at most 4 KiB.
-fn lease_of(path: &Path) -> Duration {
+/// How long a lock file may go unchanged before the commit protocol's
+/// waiters take it over ([`LeaseConfig`]: the longer of the default lease
+/// and the one its body names, plus the waiter margin); its body is read
+/// from at most [`BODY_LEN`] bytes.
+fn takeover_after(path: &Path) -> Duration {
     use std::io::Read;
+    let cfg = LeaseConfig::default();
     let mut body = Vec::new();
-    let ok = fs::File::open(path).and_then(|f| f.take(4096).read_to_end(&mut body));
-    if ok.is_err() {
-        return DEFAULT_LEASE;
-    }
-    serde_json::from_slice::<serde_json::Value>(&body)
+    let named = fs::File::open(path)
+        .and_then(|f| f.take(BODY_LEN as u64).read_to_end(&mut body))
         .ok()
-        .and_then(|v| v.get("lease_ms").and_then(serde_json::Value::as_u64))
-        .map_or(DEFAULT_LEASE, |ms| {
-            DEFAULT_LEASE.max(Duration::from_millis(ms))
-        })
+        .and_then(|_| LockBody::parse(&body))
+        .map_or(Duration::ZERO, |b| Duration::from_millis(b.lease_ms));
+    cfg.lease.max(named) + cfg.waiter_margin
 }
 
 /// Walks `root`. Directories that cannot be read are findings.
@@ -215,6 +207,23 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                     Encoding::Zstd
                 },
             });
+        } else if b == LOCK_NAME.as_bytes() {
+            let lease = takeover_after(&path);
+            let old = age(&meta, now);
+            if old > lease {
+                out.findings.push(Finding::new(
+                    path,
+                    Kind::StaleLock,
+                    format!(
+                        "a lock file not renewed for {} s, longer than its lease and the waiters' margin ({} s)",
+                        old.as_secs(),
+                        lease.as_secs()
+                    ),
+                ));
+            }
+        } else if b.starts_with(LOCK_NAME.as_bytes()) {
+            // The commit protocol's own files (a waiter's marker, takeover
+            // claims and temporaries, lease.rs): left to the protocol.
         } else if is_publication_temp(&name) {
             let old = age(&meta, now);
             let doctors = name
@@ -227,20 +236,6 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                     format!(
                         "a publication temporary left by an interrupted publication ({} s old)",
                         old.as_secs()
-                    ),
-                ));
-            }
-        } else if b == LOCK_NAME.as_bytes() {
-            let lease = lease_of(&path) + LEASE_MARGIN;
-            let old = age(&meta, now);
-            if old > lease {
-                out.findings.push(Finding::new(
-                    path,
-                    Kind::StaleLock,
-                    format!(
-                        "a lock file not renewed for {} s, longer than its lease ({} s)",
-                        old.as_secs(),
-                        lease.as_secs()
                     ),
                 ));
             }

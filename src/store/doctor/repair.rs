@@ -95,9 +95,10 @@ impl Run {
     }
 }
 
+/// Syncs `dir` when there is one (best effort: the rename is done).
 fn sync_dir(dir: Option<&Path>) {
     if let Some(d) = dir {
-        let _ = File::open(d).and_then(|f| f.sync_all());
+        let _ = super::super::publish::sync_dir(d);
     }
 }
 

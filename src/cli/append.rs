@@ -1,0 +1,102 @@
+//! `sessionfs append ROOT ID`: lines from stdin appended to a session under
+//! the store's write rules ([`crate::store::SessionWriter`], through
+//! [`crate::api::Root::appender`]), the same rules as a write through the
+//! mount (MOUNT.md, Appending and Creating a session).
+//!
+//! The session is the one the id rules find (exact id, else a unique body
+//! match; IDENTITY.md §2); when none is found, the session `ID` is created
+//! and stdin's first line must be its header. Stdin is read in batches of
+//! up to 4 MiB, each checked whole and committed as one frame.
+
+use std::io::BufRead;
+
+use crate::api::{Error, Root};
+use crate::identity::IdLookupError;
+use crate::store::StoreError;
+
+/// Input bytes checked and committed as one frame.
+const BATCH_BYTES: usize = 4 << 20;
+
+/// Exit status: success.
+const EXIT_OK: u8 = 0;
+/// Exit status: a refused line or a store error.
+const EXIT_ERROR: u8 = 1;
+/// Exit status: the id matches several sessions by body.
+const EXIT_AMBIGUOUS: u8 = 3;
+
+/// Help shown after `sessionfs append --help`.
+pub const AFTER_HELP: &str = "\
+Examples:
+  echo '{\"type\":\"x-note\",\"seq\":618,\"time\":1767603711000,\"data\":{},\"ignorable\":true}' \\
+    | sessionfs append ~/.dsh/sessions cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O
+  sessionfs append ~/.dsh/sessions my-new-session < header-and-events.jsonl
+
+Every line must be one JSON object continuing the session's seq (a new
+session: its header first, then seq 0, 1, ...). Lines are committed in
+batches of up to 4 MiB; a refused line stops the command, and nothing of
+its batch is stored (earlier batches stay). A session is created only for
+an ID no session has, exactly or by its part after the last '_'.
+
+Exit status:
+  0  every line was stored
+  1  a line was refused (invalid, seq not continuing, incomplete last line,
+     another writer got there first), the id is taken, or a store error
+  2  usage error
+  3  the id matches several sessions by body";
+
+/// Runs `sessionfs append ROOT ID` with `input` as stdin; messages go to
+/// stderr. Returns the exit status.
+pub fn run(root: &std::path::Path, id: &str, input: &mut dyn BufRead) -> u8 {
+    let root = match Root::open(root) {
+        Ok(root) => root,
+        Err(e) => return fail(&e),
+    };
+    let mut writer = match root.appender(id) {
+        Ok(w) => w,
+        Err(e) => return fail(&e),
+    };
+    let mut batch = Vec::new();
+    let mut lines_before = 0usize;
+    loop {
+        let mut line = Vec::new();
+        let n = match input.read_until(b'\n', &mut line) {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("sessionfs: reading stdin: {e}");
+                return EXIT_ERROR;
+            }
+        };
+        batch.extend_from_slice(&line);
+        let at_end = n == 0 || !line.ends_with(b"\n");
+        if batch.len() >= BATCH_BYTES || (at_end && !batch.is_empty()) {
+            let lines_in_batch = batch.iter().filter(|&&b| b == b'\n').count();
+            if let Err(mut e) = writer.append_lines(&batch) {
+                if let Error::Store(
+                    StoreError::InvalidLine { line, .. } | StoreError::SeqConflict { line, .. },
+                ) = &mut e
+                {
+                    *line += lines_before;
+                }
+                eprintln!("sessionfs: stdin: {e}; nothing of this batch was stored");
+                return EXIT_ERROR;
+            }
+            if let Err(e) = writer.commit() {
+                eprintln!("sessionfs: {e}; nothing of this batch was stored");
+                return EXIT_ERROR;
+            }
+            lines_before += lines_in_batch;
+            batch.clear();
+        }
+        if at_end {
+            return EXIT_OK;
+        }
+    }
+}
+
+fn fail(e: &Error) -> u8 {
+    eprintln!("sessionfs: {e}");
+    match e {
+        Error::Id(IdLookupError::Ambiguous { .. }) => EXIT_AMBIGUOUS,
+        _ => EXIT_ERROR,
+    }
+}

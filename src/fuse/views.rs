@@ -1,0 +1,150 @@
+//! The `.by-cwd/`, `.by-date/` and `.by-title/` views in the mount (issue
+//! 14; MOUNT.md, The tree): lookup, listing, attributes and link targets
+//! of their nodes, answered from the store's view snapshot
+//! ([`crate::store::views`]). Read-only: every change fails (see
+//! `fs_write.rs`, whose match arms refuse view nodes).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
+use super::inode::Node;
+use crate::store::views::{ViewFacts, ViewKind};
+
+/// Which sessions a caller may see in the views (the per-user filter).
+pub(super) type Visible<'a> = &'a dyn Fn(&ViewFacts) -> bool;
+
+/// `rel/name` inside a view.
+fn join(rel: &str, name: &str) -> String {
+    if rel.is_empty() {
+        name.to_string()
+    } else {
+        format!("{rel}/{name}")
+    }
+}
+
+impl SessionFs {
+    /// The view directory named `name` at the mount root, if it is one.
+    pub(super) fn view_root_node(name: &OsStr) -> Option<Node> {
+        ViewKind::from_dir_name(name.as_bytes()).map(|view| Node::ViewDir {
+            view,
+            rel: String::new(),
+        })
+    }
+
+    /// Looks `name` up in the view directory `rel` of `view`, as a caller
+    /// who sees the sessions `visible` accepts (a directory holding none
+    /// of them is not there).
+    ///
+    /// Errors: ENOENT when the directory holds no such entry (any more).
+    pub(super) fn view_lookup(
+        &self,
+        view: ViewKind,
+        rel: &str,
+        name: &OsStr,
+        visible: Visible,
+    ) -> FsResult<Node> {
+        let name = name.to_str().ok_or(FsError::NoEntry)?;
+        let snap = self.views.snapshot(&self.store)?;
+        let tree = snap.tree(view);
+        let dir = tree.dir(rel).ok_or(FsError::NoEntry)?;
+        let rel = join(rel, name);
+        if dir.subdirs.contains(name) && tree.shows_any(&rel, &snap.sessions, visible) {
+            Ok(Node::ViewDir { view, rel })
+        } else if snap
+            .links(view, dir)
+            .get(name)
+            .is_some_and(|&i| visible(&snap.sessions[i]))
+        {
+            Ok(Node::ViewLink { view, rel })
+        } else {
+            Err(FsError::NoEntry)
+        }
+    }
+
+    /// The entries of the view directory `rel` of `view` as (name, kind,
+    /// node), as a caller who sees the sessions `visible` accepts.
+    ///
+    /// Errors: ENOENT when the directory is gone.
+    pub(super) fn view_list(
+        &self,
+        view: ViewKind,
+        rel: &str,
+        visible: Visible,
+    ) -> FsResult<Vec<(String, Kind, Node)>> {
+        let snap = self.views.snapshot(&self.store)?;
+        let tree = snap.tree(view);
+        let dir = tree.dir(rel).ok_or(FsError::NoEntry)?;
+        let mut out = Vec::with_capacity(dir.subdirs.len() + dir.members.len());
+        for name in &dir.subdirs {
+            let rel = join(rel, name);
+            if tree.shows_any(&rel, &snap.sessions, visible) {
+                out.push((name.clone(), Kind::Dir, Node::ViewDir { view, rel }));
+            }
+        }
+        for (name, &i) in snap.links(view, dir) {
+            if visible(&snap.sessions[i]) {
+                let rel = join(rel, name);
+                out.push((name.clone(), Kind::Symlink, Node::ViewLink { view, rel }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The target of the view link `rel` of `view`: as many `../` as the
+    /// link is deep, then `<project>/<session>`.
+    ///
+    /// Errors: ENOENT when the link is gone.
+    pub(super) fn view_target(&self, view: ViewKind, rel: &str) -> FsResult<Vec<u8>> {
+        let snap = self.views.snapshot(&self.store)?;
+        let i = snap.link(view, rel).ok_or(FsError::NoEntry)?;
+        let s = &snap.sessions[i];
+        let depth = 1 + rel.matches('/').count();
+        let mut target = b"../".repeat(depth);
+        target.extend_from_slice(s.project.as_bytes());
+        target.push(b'/');
+        target.extend_from_slice(s.session.as_bytes());
+        Ok(target)
+    }
+
+    /// Attributes of a view node: a directory is read-only with the
+    /// root's times; a link has its session directory's times.
+    ///
+    /// Errors: ENOENT when the node is gone; the store's stat errors.
+    pub(super) fn view_attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
+        match node {
+            Node::ViewDir { view, rel } => {
+                let mut a = self.root_attr(ino)?;
+                a.perm = 0o555;
+                a.nlink = 2;
+                // A view's top always exists: `ls -l MNT` never builds the
+                // views.
+                if !rel.is_empty() {
+                    let snap = self.views.snapshot(&self.store)?;
+                    if snap.tree(*view).dir(rel).is_none() {
+                        return Err(FsError::NoEntry);
+                    }
+                    a.mtime = snap.built;
+                    a.ctime = snap.built;
+                }
+                Ok(a)
+            }
+            Node::ViewLink { view, rel } => {
+                let target = self.view_target(*view, rel)?;
+                let session_dir = Path::new(OsStr::from_bytes(&target))
+                    .components()
+                    .filter(|c| matches!(c, std::path::Component::Normal(_)))
+                    .collect::<std::path::PathBuf>();
+                let mut a = self.backing_attr(ino, &session_dir)?;
+                a.kind = Kind::Symlink;
+                a.perm = 0o777;
+                a.nlink = 1;
+                a.blocks = 0;
+                a.size = target.len() as u64;
+                Ok(a)
+            }
+            _ => Err(FsError::Invalid),
+        }
+    }
+}

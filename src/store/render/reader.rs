@@ -1,0 +1,170 @@
+//! Reading a transcript's view for the renderer: whole lines out of
+//! 512 KiB reads (halved near damage so that every line before it is
+//! rendered), oversized lines skipped, and the second half of each read's
+//! lines parsed on another thread while the first half is rendered.
+
+use std::io;
+
+use super::super::error::{Result, StoreError};
+use super::super::transcript::Transcript;
+use super::json::J;
+use super::{Renderer, MAX_RENDERED_LINE};
+
+/// Bytes of the transcript view read at once while rendering: less than
+/// the read-ahead decodes (16 frames, 2 MiB), so that the next read finds
+/// its frames decoded on the other core.
+const READ_CHUNK: u32 = 512 << 10;
+
+/// A line parsed for [`Renderer::parsed_line`], or why it cannot be.
+pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
+
+/// Parses one line (without its `\n`) for [`Renderer::parsed_line`].
+pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
+    J::parse(line).map_err(|e| format!("the line is not valid JSON ({e})"))
+}
+
+/// Lines of a chunk parsed on a second thread when the chunk holds more
+/// than this many bytes of them.
+const PARALLEL_PARSE_BYTES: usize = 64 * 1024;
+
+/// The lines of `part` (each ended by `\n`), without their `\n`.
+fn lines_of(part: &[u8]) -> Vec<&[u8]> {
+    let mut start = 0;
+    memchr::memchr_iter(b'\n', part)
+        .map(|nl| {
+            let line = &part[start..nl];
+            start = nl + 1;
+            line
+        })
+        .collect()
+}
+
+/// Renders the complete lines of `region` (each ended by `\n`): the
+/// second half is parsed on another thread while the first is rendered.
+fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
+    let split = if region.len() > PARALLEL_PARSE_BYTES {
+        memchr_nl(&region[region.len() / 2..]).map_or(region.len(), |i| region.len() / 2 + i + 1)
+    } else {
+        region.len()
+    };
+    let (first, second) = region.split_at(split);
+    let each = lines_of;
+    if second.is_empty() {
+        for line in each(first) {
+            renderer.line(line, out);
+        }
+        return;
+    }
+    std::thread::scope(|scope| {
+        let parsed = scope.spawn(|| {
+            each(second)
+                .into_iter()
+                .map(|l| (l.len(), parse_line(l)))
+                .collect::<Vec<_>>()
+        });
+        for line in each(first) {
+            renderer.line(line, out);
+        }
+        match parsed.join() {
+            Ok(parsed) => {
+                for (len, p) in parsed {
+                    renderer.parsed_line(len, p, out);
+                }
+            }
+            Err(_) => {
+                for line in each(second) {
+                    renderer.line(line, out);
+                }
+            }
+        }
+    });
+}
+
+/// Renders the lines of `t`'s view from where `renderer` stands up to view
+/// offset `to` (a line boundary), handing the Markdown to `sink` piece by
+/// piece (about one read chunk at a time: memory stays bounded). A frame
+/// that fails to decode stops the rendering (the stop is rendered).
+///
+/// Errors: [`StoreError::Io`] reading the transcript (the renderer is left
+/// at the last whole line rendered); the sink's errors as
+/// [`StoreError::Io`] on `t`'s path.
+pub fn render_range(
+    t: &Transcript,
+    renderer: &mut Renderer,
+    to: u64,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> Result<()> {
+    let mut out = Vec::new();
+    let mut carry: Vec<u8> = Vec::new();
+    // Bytes of an oversized line skipped so far (0: none).
+    let mut skipping: u64 = 0;
+    let mut at = renderer.state().plain_offset;
+    let sink_err = |e: io::Error| StoreError::io("write the rendering of", t.path(), e);
+    // Halved while reads fail at damage, so that every line before the
+    // damage is rendered.
+    let mut chunk_size = READ_CHUNK;
+    while at < to && !renderer.state().stopped {
+        let size = (to - at).min(u64::from(chunk_size)) as u32;
+        let chunk = match t.read(at, size) {
+            Ok(c) => c,
+            Err(e) if e.is_damage() && chunk_size > 1 => {
+                chunk_size /= 2;
+                continue;
+            }
+            Err(e) if e.is_damage() => {
+                renderer.stop_reading(&e.to_string(), &mut out);
+                break;
+            }
+            Err(e) => {
+                sink(&out).map_err(sink_err)?;
+                return Err(e);
+            }
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        at += chunk.len() as u64;
+        let mut rest = chunk.as_slice();
+        // A line begun in an earlier chunk is finished first ...
+        if skipping > 0 || !carry.is_empty() {
+            if let Some(nl) = memchr_nl(rest) {
+                if skipping > 0 {
+                    renderer.oversized_line(skipping + nl as u64 + 1, &mut out);
+                    skipping = 0;
+                } else if carry.len() + nl > MAX_RENDERED_LINE {
+                    renderer.oversized_line((carry.len() + nl + 1) as u64, &mut out);
+                    carry = Vec::new();
+                } else {
+                    carry.extend_from_slice(&rest[..nl]);
+                    renderer.line(&carry, &mut out);
+                    carry.clear();
+                }
+                rest = &rest[nl + 1..];
+            }
+        }
+        // ... then the lines wholly inside this chunk, together.
+        if skipping == 0 && carry.is_empty() {
+            if let Some(last) = memchr::memrchr(b'\n', rest) {
+                render_lines(renderer, &rest[..=last], &mut out);
+                rest = &rest[last + 1..];
+            }
+        }
+        if skipping > 0 {
+            skipping += rest.len() as u64;
+        } else if carry.len() + rest.len() > MAX_RENDERED_LINE {
+            skipping = (carry.len() + rest.len()) as u64;
+            carry = Vec::new();
+        } else {
+            carry.extend_from_slice(rest);
+        }
+        if !out.is_empty() {
+            sink(&out).map_err(sink_err)?;
+            out.clear();
+        }
+    }
+    sink(&out).map_err(sink_err)
+}
+
+fn memchr_nl(s: &[u8]) -> Option<usize> {
+    memchr::memchr(b'\n', s)
+}

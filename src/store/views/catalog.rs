@@ -1,0 +1,501 @@
+//! The views' catalog: every session's [`ViewFacts`], kept current by
+//! cheap revalidation and persisted outside the store beside the frame
+//! indexes, so that a later mount builds the views without reading the
+//! sessions again (issue 14).
+//!
+//! Revalidation: the root is listed, and each project directory is
+//! `lstat`ed. A project whose mtime, ctime and inode are those of the last
+//! scan (and were not within [`RACY`] of that scan's clock, when a change
+//! could share the timestamp) keeps its list of sessions; only its
+//! sessions without a transcript yet, without a title yet, refused, or
+//! damaged are looked at again (one `lstat` each, read again only when the
+//! transcript's identity or size changed). Another project is listed again
+//! and its sessions are matched by transcript identity (device, inode).
+//! A session is read only when it is new or changed: its transcript is
+//! validated (the checks of [`Store::transcript`]; a duplicate id, the same
+//! session directory name in two projects, is found from the catalog) and
+//! read up to its first user message.
+//!
+//! The listing primitives are the store's own ([`Store::list_projects`],
+//! [`Store::list_project`]); the one discovery catalog of the root (issue
+//! 11), once it serves them, gives this catalog its project listings and
+//! stamps, and the per-session facts stay here.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use jiff::tz::TimeZone;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::facts::{scan_title, ViewFacts};
+use super::names::fnv1a;
+use super::tree::ViewSnapshot;
+use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcript};
+
+/// A directory timestamp this close to the scan's clock is not trusted:
+/// a change in the same clock tick would leave it unchanged.
+const RACY: Duration = Duration::from_secs(2);
+
+/// Format of the persisted file.
+const PERSIST_VERSION: u64 = 1;
+
+/// Sessions read (validated and scanned for a title) by every catalog of
+/// this process: a counter for tests and `.sessionfs-status`.
+static SESSIONS_READ: AtomicU64 = AtomicU64::new(0);
+
+/// How many sessions the catalogs of this process have read.
+pub fn sessions_read() -> u64 {
+    SESSIONS_READ.load(Ordering::Relaxed)
+}
+
+/// A directory's identity and change times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &fs::Metadata) -> Stamp {
+        Stamp {
+            ino: meta.ino(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether a change after now could leave this stamp unchanged.
+    fn racy(&self) -> bool {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        now - self.mtime.0.max(self.ctime.0) <= RACY.as_secs() as i64
+    }
+}
+
+/// What a session directory held at the last look.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// No transcript (yet).
+    Empty,
+    /// A transcript of identity `(dev, ino)` and `len` bytes on disk.
+    Seen {
+        dev: u64,
+        ino: u64,
+        len: u64,
+        /// Its facts, `None` when the session is refused.
+        facts: Option<Arc<ViewFacts>>,
+        /// Settled: nothing is looked at again while the identity holds.
+        settled: bool,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+struct Project {
+    /// `None`: list again at the next scan.
+    stamp: Option<Stamp>,
+    sessions: BTreeMap<OsString, Slot>,
+}
+
+struct State {
+    projects: BTreeMap<OsString, Project>,
+    snapshot: Option<(Instant, Arc<ViewSnapshot>)>,
+}
+
+/// The catalog of one root's views.
+pub struct ViewCatalog {
+    state: Mutex<State>,
+    persist: Option<PathBuf>,
+    max_age: Duration,
+    zone: TimeZone,
+    /// Decoded frames of title scans: the catalog's own, so reading
+    /// titles never evicts the mount's.
+    cache: Arc<FrameCache>,
+}
+
+impl ViewCatalog {
+    /// A catalog of `store`'s sessions whose snapshot is rebuilt at most
+    /// every `max_age`; persisted under `store`'s index directory when it
+    /// has one (`views-<hash of the root>.json`), and loaded from there.
+    /// Dates are in the process's time zone (`TZ`, else the system's).
+    pub fn new(store: &Store, max_age: Duration) -> ViewCatalog {
+        let persist = store.index_dir().map(|dir| {
+            let root = store.root().as_os_str().as_encoded_bytes();
+            dir.join(format!("views-{:016x}.json", fnv1a(root)))
+        });
+        let projects = persist.as_deref().map(load).unwrap_or_default();
+        ViewCatalog {
+            state: Mutex::new(State {
+                projects,
+                snapshot: None,
+            }),
+            persist,
+            max_age,
+            zone: TimeZone::system(),
+            cache: Arc::new(FrameCache::new(TITLE_CACHE)),
+        }
+    }
+
+    /// The views as of at most `max_age` ago: revalidates the catalog
+    /// (see the module) when the last snapshot is older. One bad session
+    /// never fails the views: it is left out.
+    ///
+    /// Errors: [`StoreError::Io`] when the root cannot be listed.
+    pub fn snapshot(&self, store: &Store) -> Result<Arc<ViewSnapshot>, StoreError> {
+        let mut st = self.state.lock();
+        if let Some((at, snap)) = &st.snapshot {
+            if at.elapsed() < self.max_age {
+                return Ok(Arc::clone(snap));
+            }
+        }
+        let found = rescan(store, &self.cache, &mut st.projects)?;
+        if found.persist {
+            if let Some(path) = &self.persist {
+                save(path, &st.projects);
+            }
+        }
+        if found.views || st.snapshot.is_none() {
+            let snap = Arc::new(ViewSnapshot::build(visible_facts(&st.projects), &self.zone));
+            st.snapshot = Some((Instant::now(), snap));
+        } else if let Some((at, _)) = &mut st.snapshot {
+            *at = Instant::now();
+        }
+        Ok(Arc::clone(&st.snapshot.as_ref().expect("set above").1))
+    }
+}
+
+/// The facts of every valid session; an id directory present in several
+/// projects (a duplicate id) is left out.
+fn visible_facts(projects: &BTreeMap<OsString, Project>) -> Vec<Arc<ViewFacts>> {
+    let mut count: BTreeMap<&OsStr, usize> = BTreeMap::new();
+    for p in projects.values() {
+        for (name, slot) in &p.sessions {
+            if matches!(slot, Slot::Seen { .. }) {
+                *count.entry(name.as_os_str()).or_default() += 1;
+            }
+        }
+    }
+    projects
+        .values()
+        .flat_map(|p| p.sessions.iter())
+        .filter(|(name, _)| count.get(name.as_os_str()) == Some(&1))
+        .filter_map(|(_, slot)| match slot {
+            Slot::Seen { facts, .. } => facts.clone(),
+            Slot::Empty => None,
+        })
+        .collect()
+}
+
+/// What a rescan found.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rescan {
+    /// The sessions or their facts changed: the views must be rebuilt.
+    views: bool,
+    /// Anything persisted changed (the views, or a directory's stamp).
+    persist: bool,
+}
+
+/// Brings `projects` up to date with the root.
+fn rescan(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    projects: &mut BTreeMap<OsString, Project>,
+) -> Result<Rescan, StoreError> {
+    let names = store.list_projects()?;
+    let mut stamps_changed = false;
+    let mut changed = false;
+    let before = projects.len();
+    projects.retain(|name, _| names.contains(name));
+    changed |= projects.len() != before;
+    for name in names {
+        let path = store.root().join(&name);
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            changed |= projects.remove(&name).is_some();
+            continue;
+        };
+        let stamp = Stamp::of(&meta);
+        let project = projects.entry(name.clone()).or_default();
+        if project.stamp == Some(stamp) {
+            for (session, slot) in project.sessions.iter_mut() {
+                let settled = matches!(slot, Slot::Seen { settled: true, .. });
+                if !settled {
+                    changed |= revisit(store, cache, &name, session, slot);
+                }
+            }
+            continue;
+        }
+        let listed = match store.list_project(&name) {
+            Ok(entries) => entries,
+            Err(e) => {
+                log::debug!("views: {e}");
+                stamps_changed |= project.stamp.is_some();
+                project.stamp = None;
+                changed |= !project.sessions.is_empty();
+                project.sessions.clear();
+                continue;
+            }
+        };
+        let mut sessions = BTreeMap::new();
+        for entry in listed {
+            if entry.kind != EntryKind::Dir {
+                continue;
+            }
+            let (mut slot, known) = match project.sessions.remove(&entry.name) {
+                Some(slot) => (slot, true),
+                None => (Slot::Empty, false),
+            };
+            // A session directory new to the catalog changes the views
+            // only once it holds a transcript (revisit says so).
+            changed |= revisit(store, cache, &name, &entry.name, &mut slot)
+                || (!known && !matches!(slot, Slot::Empty));
+            sessions.insert(entry.name, slot);
+        }
+        // Sessions gone from the directory.
+        changed |= project
+            .sessions
+            .values()
+            .any(|slot| !matches!(slot, Slot::Empty));
+        project.sessions = sessions;
+        let trusted = (!stamp.racy()).then_some(stamp);
+        stamps_changed |= project.stamp != trusted;
+        project.stamp = trusted;
+    }
+    Ok(Rescan {
+        views: changed,
+        persist: changed || stamps_changed,
+    })
+}
+
+/// Looks at one session directory again; reads it only when its
+/// transcript is new or changed. True when the slot changed.
+fn revisit(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    project: &OsStr,
+    session: &OsStr,
+    slot: &mut Slot,
+) -> bool {
+    let path = store
+        .root()
+        .join(project)
+        .join(session)
+        .join(store.encoding().file_name());
+    let Ok(meta) = fs::symlink_metadata(&path) else {
+        let was_empty = matches!(slot, Slot::Empty);
+        *slot = Slot::Empty;
+        return !was_empty;
+    };
+    if let Slot::Seen {
+        dev,
+        ino,
+        len,
+        settled,
+        ..
+    } = slot
+    {
+        if *dev == meta.dev() && *ino == meta.ino() && (*settled || *len == meta.len()) {
+            return false;
+        }
+    }
+    *slot = read_session(store, cache, project, session, &meta);
+    true
+}
+
+/// Opens the transcript of one session and checks it as
+/// [`Store::transcript`] does, except for duplicate ids (the catalog finds
+/// those itself, from memory: [`visible_facts`]): encoding, header and
+/// structure, placement.
+fn open_checked(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    project: &OsStr,
+    session: &OsStr,
+) -> Result<Transcript, StoreError> {
+    let dir = store.root().join(project).join(session);
+    let opposite = dir.join(store.encoding().opposite().file_name());
+    if fs::symlink_metadata(&opposite).is_ok() {
+        return Err(StoreError::EncodingMismatch {
+            path: opposite,
+            root_is_zstd: store.encoding() == Encoding::Zstd,
+        });
+    }
+    let path = dir.join(store.encoding().file_name());
+    let t = Transcript::open(&path, store.encoding(), Arc::clone(cache))?;
+    store.check_placement(&t.header(), project, session, t.path())?;
+    Ok(t)
+}
+
+/// Decoded bytes the title scans may keep cached.
+const TITLE_CACHE: u64 = 1024 * 1024;
+
+/// Validates and reads one session.
+fn read_session(
+    store: &Store,
+    cache: &Arc<FrameCache>,
+    project: &OsStr,
+    session: &OsStr,
+    meta: &fs::Metadata,
+) -> Slot {
+    SESSIONS_READ.fetch_add(1, Ordering::Relaxed);
+    let (facts, settled) = match open_checked(store, cache, project, session) {
+        Ok(t) => {
+            let header = t.header();
+            let (title, settled) = scan_title(&t);
+            let facts = ViewFacts {
+                project: project.to_os_string(),
+                session: session.to_os_string(),
+                id: header.id,
+                cwd: header.cwd,
+                created_at_ms: header.created_at_ms,
+                title,
+            };
+            (Some(Arc::new(facts)), settled)
+        }
+        Err(e) => {
+            log::debug!("views leave out a session: {e}");
+            // Read again when the file changes (a transcript still being
+            // written).
+            return Slot::Seen {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                facts: None,
+                settled: false,
+            };
+        }
+    };
+    Slot::Seen {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        len: meta.len(),
+        facts,
+        settled,
+    }
+}
+
+fn name_str(name: &OsStr) -> Option<&str> {
+    name.to_str()
+}
+
+/// Writes the catalog (temporary file + rename). Projects and sessions
+/// whose names are not UTF-8 are not persisted (they are read again).
+/// Failures are logged at debug level: this is only a cache.
+fn save(path: &Path, projects: &BTreeMap<OsString, Project>) {
+    let mut out = Vec::new();
+    for (name, p) in projects {
+        let Some(name) = name_str(name) else { continue };
+        let mut sessions = Vec::new();
+        for (session, slot) in &p.sessions {
+            let Some(session) = name_str(session) else {
+                continue;
+            };
+            sessions.push(match slot {
+                Slot::Empty => json!({"name": session}),
+                Slot::Seen {
+                    dev,
+                    ino,
+                    len,
+                    facts,
+                    settled,
+                } => json!({
+                    "name": session, "dev": dev, "ino": ino, "len": len, "settled": settled,
+                    "facts": facts.as_ref().map(|f| json!({
+                        "id": f.id, "cwd": f.cwd, "createdAt": f.created_at_ms, "title": f.title,
+                    })),
+                }),
+            });
+        }
+        let stamp = p
+            .stamp
+            .map(|s| json!([s.ino, s.mtime.0, s.mtime.1, s.ctime.0, s.ctime.1]));
+        out.push(json!({"name": name, "stamp": stamp, "sessions": sessions}));
+    }
+    let doc = json!({"version": PERSIST_VERSION, "projects": out});
+    let result = (|| -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        fs::write(&tmp, serde_json::to_vec(&doc)?)?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        log::debug!(
+            "could not persist the views' catalog {}: {e}",
+            path.display()
+        );
+    }
+}
+
+/// Loads a persisted catalog; anything unreadable gives an empty one
+/// (every session is read again).
+fn load(path: &Path) -> BTreeMap<OsString, Project> {
+    let doc: Value = match fs::read(path).map(|b| serde_json::from_slice(&b)) {
+        Ok(Ok(doc)) => doc,
+        _ => return BTreeMap::new(),
+    };
+    if doc.get("version").and_then(Value::as_u64) != Some(PERSIST_VERSION) {
+        return BTreeMap::new();
+    }
+    let mut projects = BTreeMap::new();
+    for p in doc
+        .get("projects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(name) = p.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let stamp = p.get("stamp").and_then(Value::as_array).and_then(|a| {
+            let n = |i: usize| a.get(i).and_then(Value::as_i64);
+            Some(Stamp {
+                ino: a.first()?.as_u64()?,
+                mtime: (n(1)?, n(2)?),
+                ctime: (n(3)?, n(4)?),
+            })
+        });
+        let mut sessions = BTreeMap::new();
+        for s in p
+            .get("sessions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(session) = s.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let u = |k: &str| s.get(k).and_then(Value::as_u64);
+            let slot = match (u("dev"), u("ino"), u("len")) {
+                (Some(dev), Some(ino), Some(len)) => Slot::Seen {
+                    dev,
+                    ino,
+                    len,
+                    settled: s.get("settled").and_then(Value::as_bool).unwrap_or(false),
+                    facts: s.get("facts").and_then(|f| {
+                        Some(Arc::new(ViewFacts {
+                            project: name.into(),
+                            session: session.into(),
+                            id: f.get("id")?.as_str()?.to_string(),
+                            cwd: f.get("cwd").and_then(Value::as_str).map(String::from),
+                            created_at_ms: f.get("createdAt")?.as_u64()?,
+                            title: f.get("title")?.as_str()?.to_string(),
+                        }))
+                    }),
+                },
+                _ => Slot::Empty,
+            };
+            sessions.insert(OsString::from(session), slot);
+        }
+        projects.insert(OsString::from(name), Project { stamp, sessions });
+    }
+    projects
+}

@@ -1,0 +1,363 @@
+//! The three view trees built from the sessions' facts (issue 14):
+//! `.by-cwd`, `.by-date`, `.by-title`. A tree maps a directory (its path
+//! inside the view, components joined by `/`, `""` for the view's top) to
+//! its subdirectories and links; a link names a session by its index in
+//! [`ViewSnapshot::sessions`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+use super::facts::ViewFacts;
+use super::names::{cwd_components, link_name, short_id};
+
+/// Which view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViewKind {
+    /// `.by-cwd/`: the header cwds as a tree.
+    Cwd,
+    /// `.by-date/YYYY/MM/DD/`.
+    Date,
+    /// `.by-title/`: flat.
+    Title,
+}
+
+impl ViewKind {
+    /// Every view.
+    pub const ALL: [ViewKind; 3] = [ViewKind::Cwd, ViewKind::Date, ViewKind::Title];
+
+    /// Its directory name at the mount root.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            ViewKind::Cwd => ".by-cwd",
+            ViewKind::Date => ".by-date",
+            ViewKind::Title => ".by-title",
+        }
+    }
+
+    /// The view named `name` at the mount root.
+    pub fn from_dir_name(name: &[u8]) -> Option<ViewKind> {
+        ViewKind::ALL
+            .into_iter()
+            .find(|v| v.dir_name().as_bytes() == name)
+    }
+}
+
+/// One directory of a view.
+#[derive(Debug, Default)]
+pub struct ViewDir {
+    /// Names of the subdirectories.
+    pub subdirs: BTreeSet<String>,
+    /// The sessions linked in this directory (indexes into
+    /// [`ViewSnapshot::sessions`]).
+    pub members: Vec<usize>,
+    /// The sessions linked in this directory or below it, so that a
+    /// per-user view can hide a directory holding nothing the caller may
+    /// see.
+    pub below: Vec<usize>,
+    /// Link name → session index, made at the first use of the directory
+    /// (see [`ViewSnapshot::links`]).
+    links: OnceLock<BTreeMap<String, usize>>,
+}
+
+/// One view: directory path → directory.
+#[derive(Debug, Default)]
+pub struct ViewTree {
+    /// `""` is the view's top directory.
+    pub dirs: HashMap<String, ViewDir>,
+}
+
+impl ViewTree {
+    /// The directory at `rel` (components joined by `/`).
+    pub fn dir(&self, rel: &str) -> Option<&ViewDir> {
+        self.dirs.get(rel)
+    }
+
+    /// Makes the directory `parts` and its ancestors, and records the
+    /// sessions `members` in it and as below each of them.
+    fn add(&mut self, parts: &[String], members: &[usize]) {
+        let mut path = String::new();
+        for part in parts {
+            let parent = self.dirs.entry(path.clone()).or_default();
+            parent.below.extend_from_slice(members);
+            if !parent.subdirs.contains(part) {
+                parent.subdirs.insert(part.clone());
+            }
+            if !path.is_empty() {
+                path.push('/');
+            }
+            path.push_str(part);
+        }
+        let dir = self.dirs.entry(path).or_default();
+        dir.below.extend_from_slice(members);
+        dir.members.extend_from_slice(members);
+    }
+
+    /// Whether directory `rel` holds a session that `visible` accepts,
+    /// here or below (it stops at the first).
+    pub fn shows_any(
+        &self,
+        rel: &str,
+        sessions: &[Arc<ViewFacts>],
+        visible: &dyn Fn(&ViewFacts) -> bool,
+    ) -> bool {
+        self.dir(rel)
+            .is_some_and(|d| d.below.iter().any(|&i| visible(&sessions[i])))
+    }
+}
+
+/// All three views at one moment, and the sessions they link to. Each
+/// view's tree is made at its first use, and each directory's link names
+/// at the first use of that directory, so listing one day or one cwd
+/// formats only that directory's names.
+#[derive(Debug)]
+pub struct ViewSnapshot {
+    /// When this snapshot was built: the views' directories show it as
+    /// their mtime, so a kernel that caches listings until the mtime
+    /// changes lists them again after a change.
+    pub built: SystemTime,
+    /// The sessions shown, sorted by (createdAt, id).
+    pub sessions: Vec<Arc<ViewFacts>>,
+    zone: TimeZone,
+    trees: [OnceLock<ViewTree>; 3],
+}
+
+/// A creation time (milliseconds since the epoch) in `zone`; times
+/// outside jiff's range are clamped.
+fn zoned(ms: u64, zone: &TimeZone) -> jiff::ZonedDateTime {
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+    let ts = Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    });
+    ts.to_zoned_datetime(zone.clone())
+}
+
+/// A session's creation time as local date parts in `zone`:
+/// (`YYYY`, `MM`, `DD`, `HH-MM-SS`). Times outside jiff's range are clamped.
+pub fn local_parts(ms: u64, zone: &TimeZone) -> (String, String, String, String) {
+    let z = zoned(ms, zone);
+    (
+        format!("{:04}", z.year()),
+        format!("{:02}", z.month()),
+        format!("{:02}", z.day()),
+        format!("{:02}-{:02}-{:02}", z.hour(), z.minute(), z.second()),
+    )
+}
+
+fn index(view: ViewKind) -> usize {
+    match view {
+        ViewKind::Cwd => 0,
+        ViewKind::Date => 1,
+        ViewKind::Title => 2,
+    }
+}
+
+impl ViewSnapshot {
+    /// The views of `sessions`, dates in `zone` (the trees are made when
+    /// first used).
+    pub fn build(mut sessions: Vec<Arc<ViewFacts>>, zone: &TimeZone) -> ViewSnapshot {
+        sessions.sort_by(|a, b| {
+            (a.created_at_ms, &a.id, &a.project).cmp(&(b.created_at_ms, &b.id, &b.project))
+        });
+        ViewSnapshot {
+            built: SystemTime::now(),
+            sessions,
+            zone: zone.clone(),
+            trees: Default::default(),
+        }
+    }
+
+    /// The tree of `view`.
+    pub fn tree(&self, view: ViewKind) -> &ViewTree {
+        self.trees[index(view)].get_or_init(|| {
+            // Sessions grouped by their directory first: the names of a
+            // directory are made once, whatever the number of sessions.
+            let mut groups: BTreeMap<Vec<String>, Vec<usize>> = BTreeMap::new();
+            match view {
+                ViewKind::Cwd => {
+                    let mut by_cwd: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+                    for (i, s) in self.sessions.iter().enumerate() {
+                        by_cwd.entry(s.cwd.as_deref()).or_default().push(i);
+                    }
+                    for (cwd, members) in by_cwd {
+                        // NFC and NFD spellings meet here.
+                        groups
+                            .entry(cwd_components(cwd))
+                            .or_default()
+                            .extend(members);
+                    }
+                }
+                ViewKind::Date => {
+                    let mut by_day: BTreeMap<(i16, i8, i8), Vec<usize>> = BTreeMap::new();
+                    for (i, s) in self.sessions.iter().enumerate() {
+                        let z = zoned(s.created_at_ms, &self.zone);
+                        by_day
+                            .entry((z.year(), z.month(), z.day()))
+                            .or_default()
+                            .push(i);
+                    }
+                    for ((y, m, d), members) in by_day {
+                        let parts = vec![format!("{y:04}"), format!("{m:02}"), format!("{d:02}")];
+                        groups.insert(parts, members);
+                    }
+                }
+                ViewKind::Title => {
+                    groups.insert(Vec::new(), (0..self.sessions.len()).collect());
+                }
+            }
+            let mut tree = ViewTree::default();
+            tree.dirs.insert(String::new(), ViewDir::default());
+            for (parts, members) in groups {
+                tree.add(&parts, &members);
+            }
+            tree
+        })
+    }
+
+    /// The links of directory `dir` of `view`: names unique within the
+    /// directory. Every name shared by several sessions, or equal to a
+    /// subdirectory beside it, gets the full id (the encoded one) instead
+    /// of the short id, so names never depend on listing order.
+    pub fn links<'a>(&'a self, view: ViewKind, dir: &'a ViewDir) -> &'a BTreeMap<String, usize> {
+        dir.links.get_or_init(|| {
+            let prefix = |i: usize| -> String {
+                let (y, m, d, hms) = local_parts(self.sessions[i].created_at_ms, &self.zone);
+                match view {
+                    ViewKind::Cwd => format!("{y}-{m}-{d} {hms}"),
+                    ViewKind::Date => hms,
+                    ViewKind::Title => String::new(),
+                }
+            };
+            let mut names: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
+            for &i in &dir.members {
+                let s = &self.sessions[i];
+                let p = prefix(i);
+                let name = link_name(&p, &s.title, &short_id(&s.id));
+                names.entry(name).or_default().push((i, p));
+            }
+            let mut links = BTreeMap::new();
+            for (name, holders) in names {
+                if holders.len() == 1 && !dir.subdirs.contains(&name) {
+                    links.insert(name, holders[0].0);
+                    continue;
+                }
+                for (i, p) in holders {
+                    let s = &self.sessions[i];
+                    links.insert(link_name(&p, &s.title, &s.session.to_string_lossy()), i);
+                }
+            }
+            links
+        })
+    }
+
+    /// The link `rel` (its path inside `view`): the session index.
+    pub fn link(&self, view: ViewKind, rel: &str) -> Option<usize> {
+        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let dir = self.tree(view).dir(parent)?;
+        self.links(view, dir).get(name).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(id: &str, cwd: Option<&str>, ms: u64, title: &str) -> Arc<ViewFacts> {
+        Arc::new(ViewFacts {
+            project: "p".into(),
+            session: id.into(),
+            id: id.into(),
+            cwd: cwd.map(String::from),
+            created_at_ms: ms,
+            title: title.into(),
+        })
+    }
+
+    #[test]
+    fn a_link_named_like_a_directory_beside_it_gets_the_full_id() {
+        let ms = 1_767_603_600_000; // 2026-01-05 09:00:00 UTC
+        let snap = ViewSnapshot::build(
+            vec![
+                facts("a_12345678", Some("/"), ms, "t"),
+                facts(
+                    "b_87654321",
+                    Some("/2026-01-05 09-00-00 t 12345678"),
+                    ms,
+                    "u",
+                ),
+            ],
+            &TimeZone::UTC,
+        );
+        let top = snap.tree(ViewKind::Cwd).dir("").unwrap();
+        assert!(top.subdirs.contains("2026-01-05 09-00-00 t 12345678"));
+        let names: Vec<&str> = snap
+            .links(ViewKind::Cwd, top)
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["2026-01-05 09-00-00 t a_12345678"]);
+    }
+
+    #[test]
+    fn collisions_get_the_full_id_on_every_side() {
+        let utc = TimeZone::UTC;
+        // 2026-01-05 09:00:00 UTC.
+        let ms = 1_767_603_600_000;
+        let snap = ViewSnapshot::build(
+            vec![
+                facts("a_12345678", Some("/w"), ms, "same"),
+                facts("b_12345678", Some("/w"), ms, "same"),
+                facts("c_87654321", Some("/w//"), ms + 1000, "other"),
+            ],
+            &utc,
+        );
+        let day = snap.tree(ViewKind::Date).dir("2026/01/05").unwrap();
+        let names: Vec<&str> = snap
+            .links(ViewKind::Date, day)
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "09-00-00 same a_12345678",
+                "09-00-00 same b_12345678",
+                "09-00-01 other 87654321"
+            ]
+        );
+        let w = snap.tree(ViewKind::Cwd).dir("w").unwrap();
+        let links = snap.links(ViewKind::Cwd, w);
+        assert_eq!(links.len(), 3);
+        assert!(links.contains_key("2026-01-05 09-00-01 other 87654321"));
+        assert_eq!(snap.tree(ViewKind::Cwd).dir("").unwrap().subdirs.len(), 1);
+        let top = snap.tree(ViewKind::Title).dir("").unwrap();
+        assert_eq!(snap.links(ViewKind::Title, top).len(), 3);
+        assert_eq!(
+            snap.link(ViewKind::Date, "2026/01/05/09-00-01 other 87654321"),
+            Some(2)
+        );
+        // A per-user filter hides a directory with nothing visible below.
+        let only_c = |f: &ViewFacts| f.id == "c_87654321";
+        let none = |_: &ViewFacts| false;
+        assert!(snap
+            .tree(ViewKind::Cwd)
+            .shows_any("", &snap.sessions, &only_c));
+        assert!(snap
+            .tree(ViewKind::Cwd)
+            .shows_any("w", &snap.sessions, &only_c));
+        assert!(!snap
+            .tree(ViewKind::Cwd)
+            .shows_any("w", &snap.sessions, &none));
+        assert!(!snap
+            .tree(ViewKind::Date)
+            .shows_any("2026", &snap.sessions, &none));
+        assert!(!snap
+            .tree(ViewKind::Cwd)
+            .shows_any("nowhere", &snap.sessions, &only_c));
+    }
+}

@@ -1,0 +1,298 @@
+//! `sessionfs append ROOT ID`: lines from stdin under the
+//! store's write rules, run as the built binary. What it stores is read
+//! back with `zstd -dc` and the reference oracle; with a mount of the same
+//! root, lines appended by the command are read through the mount, and
+//! lines written through the mount are continued by the command.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::lines::{header_line, note};
+use common::oracle::{oracle_session, run_oracle};
+use common::{run_with_stdin, zstd_dc, Mount};
+
+const SESSION_X: &str = "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
+const CSE_X: &str = "cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
+const CWD: &str = "/home/alice/work/app";
+const CREATED: u64 = 1_767_600_000_000;
+
+/// Runs `sessionfs append ROOT ID` with `input` on stdin.
+fn append(root: &Path, id: &str, input: &str) -> Output {
+    run_with_stdin(
+        env!("CARGO_BIN_EXE_sessionfs"),
+        [OsStr::new("append"), root.as_os_str(), OsStr::new(id)],
+        input.as_bytes(),
+    )
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_exit(out: &Output, code: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: stderr:\n{}",
+        stderr(out)
+    );
+}
+
+fn transcript(root: &Path, id: &str) -> PathBuf {
+    root.join("--home-alice-work-app--")
+        .join(id)
+        .join("session.jsonl.zstd")
+}
+
+/// Every path under `root`, sorted (to prove a refusal created nothing).
+fn tree(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    fs::create_dir(&root).unwrap();
+
+    // Creation: an unknown id, the first line its header.
+    let mut text =
+        header_line(SESSION_X, Some(CWD), CREATED) + &note(0, "cli", 0) + &note(1, "cli", 1);
+    let out = append(&root, SESSION_X, &text);
+    assert_exit(&out, 0, "create");
+    let path = transcript(&root, SESSION_X);
+    assert_eq!(String::from_utf8(zstd_dc(&path)).unwrap(), text);
+
+    // Continuation by the compat-prefixed id (a body match).
+    let more = note(2, "cli", 2);
+    assert_exit(&append(&root, CSE_X, &more), 0, "continue by body");
+    text += &more;
+    assert_eq!(String::from_utf8(zstd_dc(&path)).unwrap(), text);
+    let before = tree(&root);
+    let bytes = fs::read(&path).unwrap();
+
+    // Refusals leave every file as it was and create nothing.
+    let refusals: [(&str, String, i32, &str); 6] = [
+        (
+            "a header for a body-only match is not a new session",
+            header_line(CSE_X, Some(CWD), CREATED),
+            1,
+            "header",
+        ),
+        (
+            "a gap in seq",
+            note(3, "cli", 3) + &note(5, "cli", 5),
+            1,
+            "line 2",
+        ),
+        (
+            "an incomplete last line",
+            note(3, "cli", 3).trim_end().to_string(),
+            1,
+            "newline",
+        ),
+        (
+            "a new id without a header first",
+            note(0, "cli", 0),
+            1,
+            "header",
+        ),
+        (
+            "a header of another id",
+            header_line("another-session", Some(CWD), CREATED),
+            1,
+            "another-session",
+        ),
+        ("not JSON", "hello\n".to_string(), 1, "line 1"),
+    ];
+    for (i, (what, input, code, needle)) in refusals.iter().enumerate() {
+        let id = if i == 3 || i == 4 {
+            "brand-new-id"
+        } else {
+            CSE_X
+        };
+        let out = append(&root, id, input);
+        assert_exit(&out, *code, what);
+        assert!(
+            stderr(&out).contains(needle),
+            "{what}: the message does not say {needle:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(tree(&root), before, "{what}: the tree changed");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            bytes,
+            "{what}: the transcript changed"
+        );
+    }
+
+    // Another id with the same body finds this session: the command never
+    // creates it beside (its header is refused as a second header).
+    let other = "other_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
+    let other_text = header_line(other, Some(CWD), CREATED) + &note(0, "other", 0);
+    let out = append(&root, other, &other_text);
+    assert_exit(&out, 1, "a body match is continued, not created beside");
+    assert!(stderr(&out).contains("header"), "{}", stderr(&out));
+    assert_eq!(tree(&root), before);
+
+    // Created on purpose through the library, two sessions share a body:
+    // a third prefix is then ambiguous (exit 3).
+    let api = sessionfs::api::Root::open(&root).unwrap();
+    let mut w = api.create_session(other, Some(CWD), CREATED).unwrap();
+    w.append_lines(note(0, "other", 0).as_bytes()).unwrap();
+    w.commit().unwrap();
+    let out = append(&root, CSE_X, &note(3, "cli", 3));
+    assert_exit(&out, 3, "ambiguous body");
+    // The exact id still finds its session.
+    let last = note(3, "cli", 3);
+    assert_exit(&append(&root, SESSION_X, &last), 0, "exact id");
+    text += &last;
+
+    // The reference loads both sessions with exactly these lines.
+    let (report, out) = run_oracle(&root, &[]);
+    assert!(
+        out.status.success(),
+        "oracle: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report["list"]["count"], 2, "{}", report["list"]);
+    for (id, expected) in [(SESSION_X, &text), (other, &other_text)] {
+        let s = oracle_session(&report, id);
+        assert_eq!(
+            s["readRaw"]["content"].as_str(),
+            Some(expected.as_str()),
+            "{id}"
+        );
+        assert_eq!(s["load"]["ok"], true, "{id}: {}", s["load"]);
+        assert_eq!(s["load"]["contiguous"], true, "{id}");
+    }
+}
+
+/// Reads `path` until it holds exactly `expected` (the attribute timeout
+/// may hide growth for a moment); panics after 10 s with what was read.
+fn wait_content(path: &Path, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = fs::read_to_string(path).unwrap_or_default();
+        if got == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never showed the lines written:\nexpected:\n{expected}\ngot:\n{got}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn append_round_trips_with_a_mount_of_the_same_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let mut text = header_line(SESSION_X, Some(CWD), CREATED) + &note(0, "cli", 0);
+    assert_exit(&append(&root, SESSION_X, &text), 0, "create");
+
+    let mnt = Mount::start(&root, &["--attr-timeout", "0.2"]);
+    let view = mnt
+        .join("--home-alice-work-app--")
+        .join(SESSION_X)
+        .join("session.jsonl");
+    wait_content(&view, &text);
+
+    // CLI -> mount.
+    let line = note(1, "cli", 1);
+    assert_exit(&append(&root, CSE_X, &line), 0, "append beside the mount");
+    text += &line;
+    wait_content(&view, &text);
+
+    // Mount -> CLI: a line written through the mount (fsync commits it and
+    // reports its errors), continued by the command.
+    let line = note(2, "mount", 2);
+    let mut f = OpenOptions::new().append(true).open(&view).unwrap();
+    f.write_all(line.as_bytes()).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    text += &line;
+    assert_eq!(
+        String::from_utf8(zstd_dc(&transcript(&root, SESSION_X))).unwrap(),
+        text
+    );
+    let line = note(3, "cli", 3);
+    assert_exit(
+        &append(&root, SESSION_X, &line),
+        0,
+        "append after the mount's line",
+    );
+    text += &line;
+    wait_content(&view, &text);
+
+    // A session the command creates shows in the mount, by id too.
+    let other = "other-session";
+    let other_text = header_line(other, Some(CWD), CREATED) + &note(0, "cli", 0);
+    assert_exit(
+        &append(&root, other, &other_text),
+        0,
+        "create beside the mount",
+    );
+    wait_content(
+        &mnt.join(".by-id").join(other).join("session.jsonl"),
+        &other_text,
+    );
+
+    // The README's reliable Python writer: close() reports a refused
+    // (incomplete) last line, where a shell's `>>` would exit 0.
+    let incomplete = note(4, "py", 4);
+    let out = python_append(&view, incomplete.trim_end());
+    assert!(!out.status.success(), "python's close reported nothing");
+    assert!(
+        stderr(&out).contains("Invalid argument"),
+        "{}",
+        stderr(&out)
+    );
+    let out = python_append(&view, &incomplete);
+    assert!(out.status.success(), "{}", stderr(&out));
+    text += &incomplete;
+    wait_content(&view, &text);
+
+    mnt.stop();
+    assert_eq!(
+        String::from_utf8(zstd_dc(&transcript(&root, SESSION_X))).unwrap(),
+        text
+    );
+}
+
+/// The README's Python writer: stdin appended through one descriptor,
+/// then an explicit close().
+fn python_append(file: &Path, input: &str) -> Output {
+    const PY: &str = "
+import sys
+f = open(sys.argv[1], 'ab', buffering=0)
+f.write(sys.stdin.buffer.read())
+f.close()
+";
+    run_with_stdin(
+        "python3",
+        [OsStr::new("-c"), OsStr::new(PY), file.as_os_str()],
+        input.as_bytes(),
+    )
+}

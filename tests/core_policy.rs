@@ -1,0 +1,170 @@
+//! The mount's policies live in its core (`SessionFs`), tested here
+//! without a mount (issue 15, "one error path"; issue 9, items 3 and 5):
+//! rename flags and ownership changes are refused by the core, every
+//! refusal carries its errno from the one map, the pending budget is
+//! shared by all writers and given back at release, and `.by-id` is
+//! filtered per caller.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sessionfs::fuse::access::Caller;
+use sessionfs::fuse::fs::SessionFs;
+use sessionfs::store::naming::{encode_id, project_dir_name};
+use sessionfs::store::publish::publish_session;
+use sessionfs::store::{Encoding, Store, StoreOptions};
+
+const ROOT_INO: u64 = 1;
+
+fn header(id: &str, cwd: &str) -> String {
+    format!(
+        "{{\"type\":\"session\",\"version\":0,\"id\":{},\"createdAt\":1767600000000,\"cwd\":{},\"delegationDepth\":0}}\n",
+        serde_json::to_string(id).unwrap(),
+        serde_json::to_string(cwd).unwrap()
+    )
+}
+
+/// A root holding the sessions `(id, cwd)`, and a core over it.
+fn core_over(sessions: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, SessionFs) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    for (id, cwd) in sessions {
+        publish_session(&root, Encoding::Zstd, header(id, cwd).as_bytes(), b"").unwrap();
+    }
+    let store = Store::open(
+        &root,
+        StoreOptions {
+            compression: None,
+            cache_bytes: 1 << 20,
+            index_dir: None,
+        },
+    )
+    .unwrap();
+    let core = SessionFs::new(Arc::new(store), Duration::from_millis(200));
+    (tmp, root, core)
+}
+
+fn rel(id: &str, cwd: &str) -> PathBuf {
+    PathBuf::from(project_dir_name(Some(cwd)).unwrap()).join(encode_id(id).unwrap())
+}
+
+/// The inode of mount path `path`, looked up component by component.
+fn ino_of(core: &SessionFs, path: &Path) -> u64 {
+    path.iter().fold(ROOT_INO, |parent, name| {
+        core.lookup(parent, name)
+            .unwrap_or_else(|e| panic!("lookup {name:?}: {e}"))
+            .ino
+    })
+}
+
+#[test]
+fn rename_flags_and_ownership_changes_are_refused_by_the_core() {
+    let (_tmp, root, core) = core_over(&[("policy", "/srv/app")]);
+    let session = rel("policy", "/srv/app");
+    std::fs::write(root.join(&session).join("notes.txt"), b"x").unwrap();
+    let dir = ino_of(&core, &session);
+    let file = ino_of(&core, &session.join("notes.txt"));
+
+    let flags = libc::RENAME_NOREPLACE;
+    let e = core
+        .rename(dir, OsStr::new("notes.txt"), dir, OsStr::new("n2"), flags)
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e:?}");
+    assert!(root.join(&session).join("notes.txt").exists());
+    core.rename(dir, OsStr::new("notes.txt"), dir, OsStr::new("n2"), 0)
+        .unwrap();
+    assert!(root.join(&session).join("n2").exists());
+
+    let file2 = ino_of(&core, &session.join("n2"));
+    assert_ne!(file, file2);
+    for owner in [(Some(1000), None), (None, Some(1000)), (Some(0), Some(0))] {
+        let e = core
+            .setattr(file2, None, owner, None, None, None)
+            .unwrap_err();
+        assert_eq!(e.errno(), libc::EPERM, "chown {owner:?}: {e:?}");
+    }
+    let view = ino_of(&core, &session.join("session.jsonl"));
+    assert_eq!(core.ioctl(view).unwrap_err().errno(), libc::ENOTTY);
+    assert_eq!(core.xattrs(view).unwrap_err().errno(), libc::ENOSYS);
+    assert_eq!(core.getattr(999_999).unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(
+        core.read(view, 999_999, 0, 10).unwrap_err().errno(),
+        libc::EBADF
+    );
+}
+
+#[test]
+fn the_pending_budget_is_shared_by_all_writers_and_returned_at_release() {
+    let (_tmp, _root, mut core) = core_over(&[("budget", "/srv/app")]);
+    core.set_pending_budget(100);
+    let view = ino_of(&core, &rel("budget", "/srv/app").join("session.jsonl"));
+    let flags = libc::O_WRONLY | libc::O_APPEND;
+    let (a, writer) = core.open(view, flags).unwrap();
+    assert!(writer);
+    let (b, _) = core.open(view, flags).unwrap();
+    let part = [b'{'; 60];
+    assert_eq!(core.write(a, 0, &part, true).unwrap(), 60);
+    let e = core.write(b, 0, &part, true).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "{e:?}");
+    assert_eq!(
+        core.write(b, 0, &part[..40], true).unwrap(),
+        40,
+        "what is left fits"
+    );
+    core.release(a).unwrap();
+    assert_eq!(
+        core.write(b, 0, &part, true).unwrap(),
+        60,
+        "a's bytes came back"
+    );
+    core.release(b).unwrap();
+}
+
+#[test]
+fn by_id_lists_and_resolves_only_what_the_caller_can_reach() {
+    let (_tmp, root, core) = core_over(&[("open", "/srv/a"), ("closed", "/srv/b")]);
+    let chmod = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    for (id, cwd) in [("open", "/srv/a"), ("closed", "/srv/b")] {
+        let session = root.join(rel(id, cwd));
+        chmod(session.parent().unwrap(), 0o755);
+        chmod(&session, 0o755);
+        chmod(&session.join("session.jsonl.zstd"), 0o644);
+    }
+    let closed_project = root.join(rel("closed", "/srv/b").parent().unwrap());
+    chmod(&closed_project, 0o700);
+    let by_id = core.lookup(ROOT_INO, OsStr::new(".by-id")).unwrap().ino;
+    assert!(core.is_per_user(by_id));
+    assert!(!core.is_per_user(ROOT_INO));
+
+    let names = |caller: &Caller| {
+        let mut v: Vec<String> = core
+            .readdir_as(caller, by_id, 0)
+            .unwrap()
+            .iter()
+            .map(|(_, e)| e.name.to_string_lossy().into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        v.sort();
+        v
+    };
+    // A caller that is neither the owner (root) nor in its group.
+    let stranger = Caller::new(65534, 65534, 0);
+    assert_eq!(names(&Caller::root()), vec!["closed", "open"]);
+    assert_eq!(names(&stranger), vec!["open"]);
+    // The listing root took first is not handed to the stranger.
+    assert_eq!(names(&Caller::root()), vec!["closed", "open"]);
+    assert!(core.lookup_as(&stranger, by_id, OsStr::new("open")).is_ok());
+    let e = core
+        .lookup_as(&stranger, by_id, OsStr::new("closed"))
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT);
+    assert!(core
+        .lookup_as(&Caller::root(), by_id, OsStr::new("closed"))
+        .is_ok());
+}

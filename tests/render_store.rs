@@ -1,0 +1,299 @@
+//! The renderer and its cache without a mount (issue 16):
+//!
+//! * a second "mount" (a new store and mount core over the same root and
+//!   index cache) `stat`s `session.md` without decoding a frame (counted by
+//!   the store's `frames_decoded`), and gets the same size;
+//! * a transcript growing one frame at a time, its rendering continued
+//!   after each frame (and reopened from the persisted state half way),
+//!   ends byte-identical to a fresh rendering of the whole transcript, and
+//!   every intermediate rendering is a prefix of the final one; two
+//!   mounts continuing the same persisted rendering in turns both end with
+//!   the fresh rendering;
+//! * the same calls stored packed (`normal`), unpacked and raw render to
+//!   the same Markdown, session by session.
+//! * a line longer than `MAX_RENDERED_LINE` is listed with its length and
+//!   skipped, and the lines around it rendered.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sessionfs::fuse::fs::SessionFs;
+use sessionfs::store::frame::encode_frame;
+use sessionfs::store::render::cache::Rendering;
+use sessionfs::store::render::{render_range, Renderer};
+use sessionfs::store::{Encoding, FrameCache, Store, StoreOptions, Transcript};
+
+use common::{copy_tree, corpus_dir, zstd_dc};
+
+const ROOT_INO: u64 = 1;
+
+fn store(root: &Path, index_dir: &Path) -> Arc<Store> {
+    Arc::new(
+        Store::open(
+            root,
+            StoreOptions {
+                index_dir: Some(index_dir.to_path_buf()),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap(),
+    )
+}
+
+/// A fresh rendering of the whole transcript.
+fn fresh(t: &Transcript) -> Vec<u8> {
+    let mut md = Vec::new();
+    let mut r = Renderer::new();
+    render_range(t, &mut r, t.cached_attr().plain_len, &mut |b| {
+        md.extend_from_slice(b);
+        Ok(())
+    })
+    .unwrap();
+    md
+}
+
+/// `stat` of `project/session/session.md` through a mount core: its size.
+fn stat_md(fs: &SessionFs, project: &str, session: &str) -> u64 {
+    let p = fs.lookup(ROOT_INO, OsStr::new(project)).unwrap();
+    let s = fs.lookup(p.ino, OsStr::new(session)).unwrap();
+    fs.lookup(s.ino, OsStr::new("session.md")).unwrap().size
+}
+
+#[test]
+fn a_second_mount_stats_session_md_without_decoding() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let cache = tmp.path().join("cache");
+    copy_tree(&corpus_dir().join("normal").join("root"), &root);
+    // The reference writes frames without a content size, which the frame
+    // index decodes once per mount to learn it; re-encoded here with
+    // content sizes (one frame per line), a second mount decodes nothing
+    // at all.
+    let (project, resized) = (
+        "--home-alice-work-app--",
+        "3f6c1d2e-8a4b-4c1f-9e2d-7b5a6c8d9e0f",
+    );
+    let backing = root.join(project).join(resized).join("session.jsonl.zstd");
+    let plain = zstd_dc(&backing);
+    let mut framed = Vec::new();
+    for line in plain.split_inclusive(|&b| b == b'\n') {
+        framed.extend(encode_frame(line).unwrap());
+    }
+    fs::write(&backing, framed).unwrap();
+
+    for session in [resized, "Session-A"] {
+        let first = store(&root, &cache);
+        let fs1 = SessionFs::new(Arc::clone(&first), Duration::from_millis(200));
+        let size1 = stat_md(&fs1, project, session);
+        let t1 = first
+            .transcript(OsStr::new(project), OsStr::new(session))
+            .unwrap();
+        let decoded1 = t1.frames_decoded();
+        assert_eq!(size1, fresh(&t1).len() as u64);
+        drop((fs1, first));
+
+        let second = store(&root, &cache);
+        let fs2 = SessionFs::new(Arc::clone(&second), Duration::from_millis(200));
+        // What the transcript's view costs by itself (session.jsonl)...
+        let p = fs2.lookup(ROOT_INO, OsStr::new(project)).unwrap();
+        let s = fs2.lookup(p.ino, OsStr::new(session)).unwrap();
+        fs2.lookup(s.ino, OsStr::new("session.jsonl")).unwrap();
+        let t2 = second
+            .transcript(OsStr::new(project), OsStr::new(session))
+            .unwrap();
+        let view_cost = t2.frames_decoded();
+        // ... and what session.md adds: nothing.
+        let size2 = fs2.lookup(s.ino, OsStr::new("session.md")).unwrap().size;
+        assert_eq!(size2, size1, "{session}");
+        assert_eq!(
+            t2.frames_decoded(),
+            view_cost,
+            "{session}: the second mount's stat of session.md decoded frames"
+        );
+        if session == resized {
+            assert!(
+                decoded1 > 0,
+                "the first rendering decoded nothing: the counter counts nothing"
+            );
+            assert_eq!(
+                view_cost, 0,
+                "{session}: frames with content sizes were decoded"
+            );
+        }
+        eprintln!(
+            "{session}: first mount {decoded1} frames decoded; second mount {} (view alone {view_cost})",
+            t2.frames_decoded()
+        );
+    }
+}
+
+/// The session directory and plaintext lines of corpus session `rel`.
+fn corpus_lines(rel: &str) -> Vec<Vec<u8>> {
+    let plain = zstd_dc(
+        &corpus_dir()
+            .join("normal/root")
+            .join(rel)
+            .join("session.jsonl.zstd"),
+    );
+    plain
+        .split_inclusive(|&b| b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+#[test]
+fn growing_frame_by_frame_renders_as_a_fresh_rendering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache_dir = tmp.path().join("cache");
+    for rel in [
+        "--home-alice-work-app--/Session-A",
+        "--home-alice-work-app--/fork-of-3f6c1d2e",
+        "_no-cwd/ignorable-event",
+    ] {
+        let lines = corpus_lines(rel);
+        let path: PathBuf = tmp.path().join(rel.replace('/', "_") + ".jsonl.zstd");
+        let mut file = fs::File::create(&path).unwrap();
+        file.write_all(&encode_frame(&lines[0]).unwrap()).unwrap();
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let t = Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap();
+        let mut rendering = Rendering::open(&t, Some(&cache_dir)).unwrap();
+        let mut seen: Vec<Vec<u8>> = Vec::new();
+        // One, two or three lines per frame.
+        let mut i = 1;
+        let mut n = 1;
+        while i < lines.len() {
+            let end = (i + n).min(lines.len());
+            file.write_all(&encode_frame(&lines[i..end].concat()).unwrap())
+                .unwrap();
+            i = end;
+            n = n % 3 + 1;
+            t.refresh().unwrap();
+            let len = rendering.catch_up(&t).unwrap();
+            seen.push(rendering.read(&t, 0, len as u32 + 10).unwrap());
+            if i > lines.len() / 2 && i <= lines.len() / 2 + 3 {
+                // Continue from the persisted state, as a new mount would.
+                drop(rendering);
+                rendering = Rendering::open(&t, Some(&cache_dir)).unwrap();
+            }
+        }
+        let whole = fresh(&t);
+        let last = seen.last().unwrap();
+        assert_eq!(
+            last, &whole,
+            "{rel}: the grown rendering differs from a fresh one"
+        );
+        for (k, s) in seen.iter().enumerate() {
+            assert!(
+                whole.starts_with(s),
+                "{rel}: rendering after frame {k} is not a prefix"
+            );
+        }
+    }
+}
+
+#[test]
+fn packed_unpacked_and_raw_stores_render_alike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut renderings = Vec::new();
+    for case in ["normal", "unpacked", "raw"] {
+        let root = tmp.path().join(case);
+        copy_tree(&corpus_dir().join(case).join("root"), &root);
+        let store = Store::open(&root, StoreOptions::default()).unwrap();
+        let mut all = std::collections::BTreeMap::new();
+        for project in store.list_projects().unwrap() {
+            for e in store.list_project(&project).unwrap() {
+                let Ok(t) = store.transcript(&project, &e.name) else {
+                    continue;
+                };
+                all.insert(t.header().id.clone(), fresh(&t));
+            }
+        }
+        renderings.push((case, all));
+    }
+    let (_, normal) = &renderings[0];
+    assert_eq!(normal.len(), 23);
+    for (case, other) in &renderings[1..] {
+        assert_eq!(other.len(), normal.len(), "{case}: sessions");
+        for (id, md) in normal {
+            assert_eq!(
+                other.get(id),
+                Some(md),
+                "{case}: session {id} renders differently"
+            );
+        }
+    }
+}
+
+#[test]
+fn two_mounts_sharing_a_cache_directory_both_render_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache_dir = tmp.path().join("cache");
+    let lines = corpus_lines("--home-alice-work-app--/Session-A");
+    let path = tmp.path().join("session.jsonl.zstd");
+    let mut file = fs::File::create(&path).unwrap();
+    file.write_all(&encode_frame(&lines[0]).unwrap()).unwrap();
+    let open = || {
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap()
+    };
+    let (ta, tb) = (open(), open());
+    let a = Rendering::open(&ta, Some(&cache_dir)).unwrap();
+    let b = Rendering::open(&tb, Some(&cache_dir)).unwrap();
+    for (k, line) in lines[1..].iter().enumerate() {
+        file.write_all(&encode_frame(line).unwrap()).unwrap();
+        // In turns: each continues where it stopped, whatever the other did.
+        let (t, r) = if k % 2 == 0 { (&ta, &a) } else { (&tb, &b) };
+        t.refresh().unwrap();
+        r.catch_up(t).unwrap();
+    }
+    let c = Rendering::open(&ta, Some(&cache_dir)).unwrap();
+    for (t, r) in [(&ta, &a), (&tb, &b), (&ta, &c)] {
+        t.refresh().unwrap();
+        let len = r.catch_up(t).unwrap();
+        assert_eq!(r.read(t, 0, len as u32 + 1).unwrap(), fresh(t));
+    }
+}
+
+#[test]
+fn a_line_too_long_to_render_is_listed_and_skipped() {
+    use sessionfs::store::render::MAX_RENDERED_LINE;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("session.jsonl");
+    let header = r#"{"type":"session","version":0,"id":"long","createdAt":1767614400000,"cwd":"/w","delegationDepth":0}"#;
+    let user =
+        r#"{"type":"user/message","seq":0,"data":{"content":[{"type":"text","text":"before"}]}}"#;
+    let long = format!(
+        r#"{{"type":"user/message","seq":1,"data":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#,
+        "a".repeat(MAX_RENDERED_LINE + 10)
+    );
+    let after =
+        r#"{"type":"user/message","seq":2,"data":{"content":[{"type":"text","text":"after"}]}}"#;
+    let text = format!("{header}\n{user}\n{long}\n{after}\n");
+    fs::write(&path, &text).unwrap();
+    let cache = Arc::new(FrameCache::new(1 << 20));
+    let t = Transcript::open_with(&path, Encoding::Raw, cache, None).unwrap();
+    let md = String::from_utf8(fresh(&t)).unwrap();
+    assert!(
+        md.len() < 4096,
+        "the long line was rendered ({} bytes)",
+        md.len()
+    );
+    let offset = header.len() + user.len() + 2;
+    assert!(
+        md.contains(&format!(
+            "- line 3: {} bytes, too long to render here; read it in session.jsonl at byte {offset}\n",
+            long.len() + 1
+        )),
+        "{md}"
+    );
+    assert!(
+        md.contains("\n\nbefore\n\n") && md.ends_with("\n\nafter\n\n"),
+        "{md}"
+    );
+}

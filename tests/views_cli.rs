@@ -1,0 +1,119 @@
+//! `sessionfs list --by cwd|date`, `--since` and `--grep-title` (issue 14)
+//! over a copy of the corpus, against the corpus's own headers and
+//! `date(1)`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use common::{copy_tree, corpus_dir};
+
+const TZ: &str = "XYZ-14";
+
+fn list(root: &Path, cache: &Path, args: &[&str]) -> (String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("list")
+        .arg(root)
+        .args(args)
+        .env("TZ", TZ)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap();
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// id → (createdAt, project/session) of the corpus sessions.
+fn headers() -> BTreeMap<String, (u64, String)> {
+    let case = corpus_dir().join("normal");
+    let doc: Value =
+        serde_json::from_slice(&fs::read(case.join("expected.json")).unwrap()).unwrap();
+    let dirs: BTreeMap<String, String> = doc["report"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let d = s["dirs"][0].as_str().unwrap().trim_end_matches('/');
+            (s["id"].as_str().unwrap().to_string(), d.to_string())
+        })
+        .collect();
+    doc["report"]["list"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let id = h["id"].as_str().unwrap().to_string();
+            let dir = dirs[&id].clone();
+            (id, (h["createdAt"].as_u64().unwrap(), dir))
+        })
+        .collect()
+}
+
+fn date(ms: u64, format: &str) -> String {
+    let out = Command::new("date")
+        .env("TZ", TZ)
+        .arg("-d")
+        .arg(format!("@{}", ms / 1000))
+        .arg(format!("+{format}"))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn list_by_date_prints_each_session_once_under_its_day_and_filters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    copy_tree(&corpus_dir().join("normal/root"), &root);
+    let cache = tmp.path().join("cache");
+    let (text, code) = list(&root, &cache, &["--by", "date"]);
+    assert_eq!(code, 0, "{text}");
+    // Walk the printed tree: indentation gives the directory.
+    let mut path: Vec<String> = Vec::new();
+    let mut found: BTreeMap<String, String> = BTreeMap::new();
+    for line in text.lines().skip(1) {
+        let depth = (line.len() - line.trim_start().len()) / 2;
+        let item = line.trim_start();
+        path.truncate(depth - 1);
+        if let Some(dir) = item.strip_suffix('/') {
+            path.push(dir.to_string());
+        } else {
+            let (_, target) = item.rsplit_once(" -> ").unwrap();
+            assert!(
+                found.insert(target.to_string(), path.join("/")).is_none(),
+                "{target}"
+            );
+        }
+    }
+    let headers = headers();
+    assert_eq!(found.len(), headers.len());
+    for (created, dir) in headers.values() {
+        assert_eq!(found[dir], date(*created, "%Y/%m/%d"), "{dir}");
+    }
+
+    // --since: the start of a local day; --grep-title: every word.
+    let (text, _) = list(&root, &cache, &["--by", "cwd", "--since", "2026-01-06"]);
+    let since_ms = headers
+        .values()
+        .filter(|(c, _)| date(*c, "%Y-%m-%d").as_str() >= "2026-01-06")
+        .count();
+    assert!(since_ms > 0 && since_ms < headers.len());
+    assert_eq!(text.matches(" -> ").count(), since_ms, "{text}");
+    let (text, code) = list(&root, &cache, &["--grep-title", "eof UNICODE tokenizer"]);
+    assert_eq!(code, 0);
+    let ids: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(ids, ["cwd-root"], "{text}");
+    let (_, code) = list(&root, &cache, &["--since", "yesterday-ish"]);
+    assert_eq!(code, 2);
+}
