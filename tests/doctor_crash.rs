@@ -110,7 +110,33 @@ fn template(at: &Path) {
     fs::write(app.join("clock-skew/session.jsonl.zstd"), bytes).unwrap();
 }
 
-/// Every file under `root` but temporaries (`*.tmp`), by relative path.
+/// Whether `p` is one of the lock protocol's files (`.sessionfs.lock` and
+/// its waiters' and takeovers' files): a repair killed while holding the
+/// lock leaves it for the next holder to take over.
+fn is_lock_file(p: &Path) -> bool {
+    p.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(".sessionfs.lock"))
+}
+
+/// The lock protocol's files under `root`.
+fn lock_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if is_lock_file(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Every file under `root` but temporaries (`*.tmp`) and the lock
+/// protocol's files, by relative path.
 fn state(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
@@ -120,7 +146,7 @@ fn state(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             let p = e.path();
             if e.file_type().unwrap().is_dir() {
                 stack.push(p);
-            } else if !p.to_string_lossy().ends_with(".tmp") {
+            } else if !p.to_string_lossy().ends_with(".tmp") && !is_lock_file(&p) {
                 out.insert(
                     p.strip_prefix(root).unwrap().to_path_buf(),
                     fs::read(&p).unwrap(),
@@ -135,6 +161,9 @@ fn doctor(root: &Path, state_dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
     c.args(["doctor".as_ref(), "--repair".as_ref(), root.as_os_str()])
         .env("XDG_STATE_HOME", state_dir)
+        // A short lease: the rerun takes over the lock file a killed
+        // repair left within a second, not 20 s.
+        .env("SESSIONFS_LEASE_MS", "300")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     c
@@ -219,6 +248,11 @@ fn kill_9_during_repairs() {
         assert!(
             end == after,
             "run {run}: a file differs from the uninterrupted repair's"
+        );
+        assert_eq!(
+            lock_files(&root),
+            Vec::<PathBuf>::new(),
+            "run {run}: the second repair left lock files"
         );
         fs::remove_dir_all(&root).unwrap();
     }

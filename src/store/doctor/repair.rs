@@ -12,7 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::super::append::lock_whole_file;
+use super::super::append::lock_for_repair;
 use super::super::error::Shown;
 use super::super::frame::encode_frame;
 use super::super::quarantine::Quarantine;
@@ -254,6 +254,15 @@ fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
     plain
 }
 
+/// The writers' locks of `path` ([`lock_for_repair`]), as an I/O error
+/// that names what failed when they cannot be had.
+fn repair_lock(
+    path: &Path,
+    file: &std::fs::File,
+) -> std::io::Result<super::super::lease::LockGuard> {
+    lock_for_repair(path, file).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
 /// A torn tail. When the torn frame's complete lines decode and continue
 /// the transcript, the file becomes its complete frames plus one frame of
 /// those lines, written beside it and renamed over it; otherwise the torn
@@ -262,7 +271,7 @@ fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
 /// whole to the quarantine folder first.
 fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<String> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
-    lock_whole_file(&file)?;
+    let locked = repair_lock(path, &file)?;
     let bytes = fs::read(path)?;
     let at_us = at as usize;
     if at_us > bytes.len() {
@@ -281,6 +290,8 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
     };
     run.keep(path, "rewritten", None)?;
     if kept.is_empty() {
+        // check_transcript takes the locks itself.
+        drop(locked);
         drop(file);
         let r = super::super::check::check_transcript(path, true)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -295,6 +306,7 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
     let mut new = bytes[..at_us].to_vec();
     new.extend(encode_frame(&kept)?);
     publish_over(path, &new)?;
+    drop(locked);
     drop(file);
     Ok(format!(
         "the torn last frame at byte {at} was replaced by a frame of its {lines} complete \
@@ -307,7 +319,7 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
 /// alone, then the rest), same decoded bytes.
 fn reframe(run: &mut Run, path: &Path) -> std::io::Result<String> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
-    lock_whole_file(&file)?;
+    let _locked = repair_lock(path, &file)?;
     let text = readable_text(path, Encoding::Zstd)?;
     let Some(nl) = text.iter().position(|&b| b == b'\n') else {
         return Err(std::io::Error::other("no header line"));
@@ -499,7 +511,7 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
         .clone()
         .ok_or_else(|| std::io::Error::other("no header"))?;
     let fh = OpenOptions::new().read(true).write(true).open(&file.path)?;
-    lock_whole_file(&fh)?;
+    let _locked = repair_lock(&file.path, &fh)?;
     let text = readable_text(&file.path, enc)?;
     let cut = split.plain_offset as usize;
     if cut > text.len() {
