@@ -19,6 +19,9 @@
 # of 1 project x 10,000 sessions, 500 projects x 40 sessions, and 12 projects
 # with and without 3,000 empty project directories.
 #
+# D1 (issue 13): `sessionfs doctor` over the 10,000-session root against
+# `zstd -tq` over the same transcripts.
+#
 # Usage: scripts/bench.sh [PLAINTEXT_MB] [FRAMES] [SESSIONS]
 #        BENCH_ONLY=append scripts/bench.sh    # P7 only
 #        BENCH_ONLY=views scripts/bench.sh     # P9 only
@@ -61,6 +64,23 @@ if [ -z "${BENCH_ONLY:-}" ]; then
   [ -d "$work/big" ] || target/release/examples/gen_store big "$work/big" "$mb" "$frames"
   [ -d "$work/many" ] || target/release/examples/gen_store many "$work/many" "$sessions"
   python3 scripts/bench.py target/release/sessionfs "$work"
+
+  # Issue 13: `sessionfs doctor` over the 10,000-session store (every frame
+  # decoded and verified, every line parsed) against `zstd -tq` over the same
+  # transcripts (every frame decoded and verified); goal: within 3x.
+  ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
+  zstd_all() { find "$work/many" -name session.jsonl.zstd -print0 | xargs -0 zstd -tq; }
+  doc=(); ref=()
+  for _ in 1 2 3; do
+    doc+=("$(ms target/release/sessionfs doctor "$work/many")")
+    ref+=("$(ms zstd_all)")
+  done
+  med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+  d=$(med "${doc[@]}"); z=$(med "${ref[@]}")
+  n=$(find "$work/many" -name session.jsonl.zstd | wc -l)
+  awk -v d="$d" -v z="$z" -v n="$n" 'BEGIN {
+    printf "%-52s %9.1fms %9.1fms %8.2fx  zstd -tq over the same files; target <= 3x\n",
+      "D1 doctor scan of " n " sessions", d, z, (z > 0 ? d / z : 0) }'
 fi
 
 oracle=${SESSIONFS_ORACLE_DIR:-${TMPDIR:-/tmp}/sessionfs-oracle}

@@ -4,7 +4,8 @@
 # - the tools the tests compare against or drive: zstd, python3, fuse3
 #   (fusermount3), npm (the reference oracle), rsync (rsync --append),
 #   systemd (systemd-analyze verify of contrib/'s units), util-linux
-#   (mount(8), setpriv);
+#   (mount(8), setpriv), bsdutils (script(1): the doctor's progress bar
+#   under a pseudo-terminal);
 # - the shared-root network tests (tests/shared_root_net.rs): an SSH server
 #   and sshfs (two sshfs clients of one loopback sshd), Samba and smbnetfs
 #   (the second client kind), rclone (probed: refused read-only, see
@@ -27,6 +28,7 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+command -v script >/dev/null 2>&1 || need+=(bsdutils)
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v sshfs >/dev/null 2>&1 || need+=(sshfs)

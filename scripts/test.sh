@@ -4,7 +4,7 @@
 #
 # Needs: a Rust toolchain, /dev/fuse, root (the tests mount with mount(2)),
 # and the Debian packages scripts/install-test-deps.sh installs when run as
-# root (zstd, fuse3, npm, rsync, systemd, util-linux, and the shared-root
+# root (zstd, fuse3, npm, rsync, systemd, util-linux, bsdutils, and the shared-root
 # network tests' openssh-server, sshfs, samba, smbnetfs, rclone, faketime).
 #
 # Usage: scripts/test.sh [extra `cargo test` arguments]

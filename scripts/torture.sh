@@ -27,6 +27,7 @@ STEPS=(
   "mutations|$(n 20000) mutated corpus transcripts at the store level (bit flips, insertions, deletions, truncations, duplicated and swapped frames, skippable frames, huge size claims)|SESSIONFS_MUTATION_CASES=$(n 20000) cargo test --release --test mutation mutated_corpus_transcripts_serve_exactly_the_verified_prefix"
   "mutations-mount|$(n 20) rounds of 23 mutated sessions read through a mount under RLIMIT_AS 256 MiB, each read under a 10 s deadline|SESSIONFS_MUTATION_MOUNT_ROUNDS=$(n 20) cargo test --release --test mutation mutated_transcripts_through_a_mount_under_an_address_space_limit"
   "torn-tails|every byte offset of the last frame (store level), 20 through a mount|cargo test --release --test torn_tail"
+  "doctor-crash|kill -9 of sessionfs doctor --repair at random moments of a repair, $(n 500) kills|SESSIONFS_CRASH_RUNS=$(n 500) cargo test --release --test doctor_crash -- --nocapture"
   "damage|issue 9's regression inputs: damage in the middle, 1.5 GiB frame, long header, bad middle frame|cargo test --release --test damage"
 )
 

@@ -237,7 +237,11 @@ fn raw_root_is_checked() {
         23,
         "{out}"
     );
-    assert!(out.lines().all(|l| l.starts_with("ok\t")), "{out}");
+    // Besides the ok lines, one note: the reference's refusal of the
+    // Windows cwd (the doctor's content check), not a problem.
+    let notes: Vec<&str> = out.lines().filter(|l| !l.starts_with("ok\t")).collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(notes[0].starts_with("\tcwd_rejected"), "{out}");
     let one = shared().join("corpus/raw/root/--home-alice-work-app--/Session-A/session.jsonl");
     let (code, out, _) = check_full(&one, false);
     assert_eq!((code, status_of(&out, &one)), (0, Some("ok")), "{out}");
@@ -508,4 +512,48 @@ fn list_logs_no_identity_root_line_by_default() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("identity root"), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
+}
+
+/// `check --repair` takes the writers' lock file before it cuts (MOUNT.md,
+/// Shared roots): while a live writer holds it, the torn tail is left as
+/// it is and the command fails saying the lock is busy; once the writer
+/// is gone the repair goes ahead.
+#[test]
+fn repair_waits_for_a_writer_holding_the_lock_file() {
+    use sessionfs::store::fskind::CommitProtocol;
+    use sessionfs::store::lease::{self, HolderId, LeaseConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let rel = "--home-alice-work-app--/torn-multiblock-mid/session.jsonl.zstd";
+    let file = dir.path().join("session.jsonl.zstd");
+    std::fs::copy(shared().join("corpus/torn/root").join(rel), &file).unwrap();
+    let torn = std::fs::read(&file).unwrap();
+    // A live writer: its lease (300 ms) is renewed while the guard lives.
+    let cfg = LeaseConfig::from_lease(std::time::Duration::from_millis(300));
+    let guard = lease::acquire(
+        dir.path(),
+        &file,
+        &cfg,
+        CommitProtocol::Local,
+        &HolderId::current(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .args(["check".as_ref(), "--repair".as_ref(), file.as_os_str()])
+        .env("XDG_STATE_HOME", QUARANTINE_HOME)
+        .env("SESSIONFS_LEASE_MS", "300")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains(".sessionfs.lock"), "names the lock: {text}");
+    assert_eq!(std::fs::read(&file).unwrap(), torn, "nothing cut");
+    drop(guard);
+    let (code, out) = check(&[&file], true);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("truncated (repaired)"), "{out}");
+    assert!(!dir.path().join(".sessionfs.lock").exists());
 }

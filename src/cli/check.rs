@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::{emit, EXIT_ERROR, EXIT_OK};
+use std::collections::HashMap;
+
+use crate::store::doctor::{self, Finding, Kind, ScanOptions};
 use crate::store::error::Shown;
-use crate::store::{Store, StoreOptions};
 
 #[derive(Debug, Args)]
 pub(super) struct CheckArgs {
@@ -23,7 +25,16 @@ pub(super) fn run(args: CheckArgs) -> u8 {
     let path = &args.path;
     let shown = Shown(path);
     match classify(path) {
-        CheckTarget::File => check_files(std::slice::from_ref(path), args.repair).0,
+        CheckTarget::File => {
+            // The doctor's line findings about the file (seq, refusals).
+            let scan = doctor::scan(path, &ScanOptions::default(), &|_, _| {});
+            let raw = crate::store::check::is_raw_name(path);
+            let mut extra = Extra::new();
+            for f in scan.findings().filter(|f| adds_to_check(f.kind, raw)) {
+                extra.entry(f.path.clone()).or_default().push(f.clone());
+            }
+            check_files(std::slice::from_ref(path), args.repair, &extra).0
+        }
         CheckTarget::Root => check_root(path, args.repair),
         CheckTarget::SessionDir => problem_only(
             path,
@@ -51,18 +62,58 @@ fn problem_line(path: &Path, what: &str) -> String {
     format!("PROBLEM\t{}\t{what}\n", Shown(path))
 }
 
-/// Checks each transcript of `paths` and reports it; returns the exit
-/// status, and whether the output was cut short (stdout closed).
-fn check_files(paths: &[PathBuf], repair: bool) -> (u8, bool) {
+/// The doctor's findings about each transcript that the frame check does
+/// not make itself (layout, identity, `seq`, the reference's refusals).
+type Extra = HashMap<PathBuf, Vec<Finding>>;
+
+/// Whether a doctor finding adds to what `check_transcript` reports for a
+/// file read as `raw` (frames, headers and, for raw files, lines are its own).
+fn adds_to_check(kind: Kind, raw: bool) -> bool {
+    use Kind as K;
+    match kind {
+        K::EncodingMismatch
+        | K::DuplicateId
+        | K::Misplaced
+        | K::SeqGap
+        | K::SeqDuplicate
+        | K::InterleavedWriters
+        | K::UnknownEventType
+        | K::CwdRejected => true,
+        K::InvalidLine => !raw,
+        _ => false,
+    }
+}
+
+/// Checks each transcript of `paths` and reports it, with the doctor's
+/// `extra` findings as notes; returns the exit status, and whether the
+/// output was cut short (stdout closed).
+fn check_files(paths: &[PathBuf], repair: bool, extra: &Extra) -> (u8, bool) {
     use crate::store::check::check_transcript;
     let mut code = EXIT_OK;
     for path in paths {
         let text = match check_transcript(path, repair) {
-            Ok(r) => {
+            Ok(mut r) => {
+                let mut refusals = Vec::new();
+                for f in extra.get(path).into_iter().flatten() {
+                    let at = f
+                        .offset
+                        .map(|o| format!(" at byte {o}"))
+                        .unwrap_or_default();
+                    let note = format!("{}{at}: {}; fix: {}", f.kind.name(), f.detail, f.fix);
+                    if f.kind.content_only() {
+                        refusals.push(format!("{note} (the reference refuses to load it)"));
+                    } else {
+                        r.problems.push(note);
+                    }
+                }
                 if r.has_problem() {
                     code = EXIT_ERROR;
                 }
-                check_report_text(&r)
+                let mut text = check_report_text(&r);
+                for n in refusals {
+                    text.push_str(&format!("\t{n}\n"));
+                }
+                text
             }
             Err(e) => {
                 code = EXIT_ERROR;
@@ -129,53 +180,59 @@ fn check_report_text(r: &crate::store::check::CheckReport) -> String {
     text
 }
 
-/// Where a store error is about, for its `PROBLEM` line.
-fn store_error_path(e: &crate::store::StoreError) -> Option<&Path> {
-    use crate::store::StoreError as E;
-    match e {
-        E::Io { path, .. }
-        | E::FlatArtifact { path }
-        | E::EncodingMismatch { path, .. }
-        | E::Misplaced { path, .. }
-        | E::HeaderLess { path, .. }
-        | E::Corrupt { path, .. }
-        | E::UnsupportedVersion { path, .. }
-        | E::NotFound { path }
-        | E::InvalidLine { path, .. }
-        | E::SeqConflict { path, .. }
-        | E::TornTail { path, .. }
-        | E::Damaged { path, .. }
-        | E::HeaderLineTooLong { path, .. }
-        | E::AlreadyExists { path } => Some(path),
-        E::DuplicateId { paths, .. } => paths.first().map(PathBuf::as_path),
-        _ => None,
-    }
-}
-
-/// Checks every transcript under `root`, then what the mount and `list`
-/// refuse in it (flat artifacts, encoding mismatches, duplicates, misplaced
-/// sessions, entries under a transcript's name that are no files, …).
+/// Checks every transcript under `root` with the doctor's scan
+/// ([`crate::store::doctor`]): each transcript once (its frames by
+/// `check_transcript`, which also does the torn-tail repair; its layout,
+/// identity and line findings as notes), then the doctor's findings about
+/// other files (flat artifacts, temporaries, locks, conflict copies,
+/// unsupported names); a summary on stderr.
 fn check_root(root: &Path, repair: bool) -> u8 {
     use crate::store::check::transcripts_under;
+    let scan = doctor::scan(root, &ScanOptions::default(), &|_, _| {});
     let paths = transcripts_under(root);
-    let (mut code, cut) = check_files(&paths, repair);
+    let mut extra = Extra::new();
+    let mut others = Vec::new();
+    let raw_of = |p: &Path| crate::store::check::is_raw_name(p);
+    for f in scan.findings() {
+        if paths.contains(&f.path) {
+            if adds_to_check(f.kind, raw_of(&f.path)) {
+                extra.entry(f.path.clone()).or_default().push(f.clone());
+            }
+        } else {
+            others.push(f.clone());
+        }
+    }
+    let (mut code, cut) = check_files(&paths, repair, &extra);
     if cut {
         return code;
     }
-    let listing = Store::open(root, StoreOptions::default()).and_then(|store| store.sessions());
-    let listing = match listing {
-        Ok(listing) => listing,
-        Err(e) => return problem_only(root, &format!("cannot list the store: {e}")),
-    };
-    for e in &listing.errors {
+    for f in &others {
         code = EXIT_ERROR;
-        let path = store_error_path(e).unwrap_or(root);
-        let text = problem_line(path, &format!("the mount and list refuse it: {e}"));
+        let at = f
+            .offset
+            .map(|o| format!(" at byte {o}"))
+            .unwrap_or_default();
+        let text = problem_line(
+            &f.path,
+            &format!("{}{at}: {}; fix: {}", f.kind.name(), f.detail, f.fix),
+        );
         if let Err(written) = emit(&text) {
             return if code == EXIT_OK { written } else { code };
         }
     }
-    if paths.is_empty() && listing.errors.is_empty() && listing.sessions.is_empty() {
+    let problems = scan.findings().filter(|f| !f.kind.content_only()).count();
+    eprintln!(
+        "{} transcripts checked, {} problems found{}",
+        paths.len(),
+        problems,
+        if repair {
+            " (torn tails repaired where found)"
+        } else {
+            ""
+        }
+    );
+    let listing_empty = scan.files.is_empty();
+    if paths.is_empty() && others.is_empty() && listing_empty {
         let empty = std::fs::read_dir(root).is_ok_and(|mut it| it.next().is_none());
         return if empty {
             match emit(&format!(

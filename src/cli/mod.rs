@@ -8,6 +8,7 @@
 mod append;
 mod check;
 mod dates;
+mod doctor;
 mod find;
 mod helper;
 mod key;
@@ -169,6 +170,25 @@ repaired: restore the file from a backup.
 Exit codes: 0 every transcript is clean (or was repaired), 1 a problem remains,
 2 usage error."))]
     Check(check::CheckArgs),
+
+    /// Find every problem of a store (or one transcript), say what the
+    /// reference does with each and what fixes it; with --repair, fix what
+    /// is lossless and set aside what cannot be read.
+    #[command(after_help = "\
+Examples:
+  sessionfs doctor ~/.dsh/sessions
+  sessionfs doctor --json ~/.dsh/sessions | jq '.summary'
+  sessionfs doctor --repair ~/.dsh/sessions
+  sessionfs doctor --restore ~/.local/state/sessionfs/quarantine/--home-a-sessions--/20261201T010101Z
+
+Each finding: its kind, path, byte offset (when there is one), what the
+reference harness does with it, and the command that fixes it. --repair
+copies every original into the quarantine folder first (printed) and writes
+atomically; sessions the reference refuses only for their content (an
+unknown event type, a cwd it rejects) are never changed.
+Exit codes: 0 no problem left (content refusals alone are reported, exit 0),
+1 a problem remains, 2 usage error.")]
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Entry point of the `sessionfs` binary: sets up logging (RUST_LOG,
@@ -242,6 +262,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Command::Append(args) => append::run(&args.root, &args.id, &mut std::io::stdin().lock()),
         Command::Key(args) => key::run(args),
         Command::Check(args) => check::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     ExitCode::from(code)
 }

@@ -401,6 +401,30 @@ fn take_ofd_lock(path: &Path, file: &File) -> Result<()> {
     }
 }
 
+/// Takes what a writer takes before it changes `path` (a transcript, open
+/// as `file`): the session directory's lock file with the default lease
+/// ([`lease::acquire`], the protocol of the file system holding it), then
+/// the OFD lock on `file`. Repairs hold the returned guard while they cut
+/// or rewrite, so no writer of this or another machine sharing the root
+/// commits meanwhile (MOUNT.md, Shared roots); the lock file goes when the
+/// guard is dropped.
+///
+/// Errors: [`StoreError::LockBusy`] (EAGAIN) when a live writer kept the
+/// lock for the whole wait (45 s by default); [`StoreError::Io`] when the
+/// lock file cannot be made or the OFD lock taken.
+pub fn lock_for_repair(path: &Path, file: &File) -> Result<LockGuard> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let guard = lease::acquire(
+        dir,
+        path,
+        &LeaseConfig::default(),
+        fskind::protocol_for(dir),
+        &HolderId::current(),
+    )?;
+    take_ofd_lock(path, file)?;
+    Ok(guard)
+}
+
 /// Takes the open-file-description write lock on the whole file, waiting
 /// for other holders (other descriptions: handles, processes, mounts).
 pub(crate) fn lock_whole_file(file: &File) -> io::Result<()> {

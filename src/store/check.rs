@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use super::append::lock_whole_file;
+use super::append::lock_for_repair;
 use super::classify::{walk as walk_frames, Damage, WalkEnd};
 use super::decode::{self, HeaderFrameError};
 use super::error::{Result, StoreError};
@@ -160,9 +160,13 @@ pub fn check_transcript(path: &Path, repair: bool) -> Result<CheckReport> {
         .write(repair)
         .open(path)
         .map_err(|e| StoreError::io("open", path, e))?;
-    if repair {
-        lock_whole_file(&file).map_err(|e| StoreError::io("lock (F_OFD_SETLK)", path, e))?;
-    }
+    // A repair holds the writers' locks (the lock file too, for writers
+    // on other machines of a shared root) until the report is made.
+    let _locked = if repair {
+        Some(lock_for_repair(path, &file)?)
+    } else {
+        None
+    };
     let meta = file
         .metadata()
         .map_err(|e| StoreError::io("stat", path, e))?;

@@ -359,10 +359,11 @@ impl fmt::Display for StoreError {
                 waited,
             } => write!(
                 f,
-                "{}: the session's lock file stayed held by {holder} for {waited:?}; nothing \
-                 was appended; retry, or find that writer (a crashed holder's lock is taken \
-                 over once its lease ends)",
-                Shown(path)
+                "{}: the session's lock file ({}) stayed held by {holder} for {waited:?}; \
+                 nothing was written; retry, or find that writer (a crashed holder's lock is \
+                 taken over once its lease ends)",
+                Shown(path),
+                super::lease::LOCK_NAME
             ),
             StoreError::CommitFailed { path, found } => write!(
                 f,

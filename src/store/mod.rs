@@ -12,6 +12,7 @@ pub mod check;
 pub mod classify;
 pub mod decode;
 pub mod discovery;
+pub mod doctor;
 pub mod error;
 pub mod frame;
 pub mod fskind;

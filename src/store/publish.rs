@@ -242,7 +242,7 @@ fn ensure_dir(dir: &Path, parent: &Path) -> Result<()> {
 }
 
 /// fsyncs a directory, so that entries just created in it are durable.
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::io("fsync directory", dir, e))

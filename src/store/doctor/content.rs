@@ -1,0 +1,380 @@
+//! Line-level checks of a transcript's decoded text, fed one complete line
+//! at a time: the header, each record, `seq` continuity (gaps, a second
+//! writer's duplicates, two interleaved writers) and the reference's own
+//! refusals that are not damage (unknown non-ignorable event types, a cwd
+//! it rejects).
+//!
+//! Source: FORMAT.md (records, `seq`, packed rows); the reference's
+//! `validateSessionHeader` and `KNOWN_SESSION_EVENT_TYPES`
+//! (`@deepseek-ai/dsh-session`).
+
+use serde_json::Value;
+
+use super::super::header::{header_from_fields, Header, HeaderError};
+use super::super::json::{parse_object, Utf8};
+use super::super::lines::{read_record, Record};
+use super::finding::Kind;
+
+/// Event types the reference knows (`KNOWN_SESSION_EVENT_TYPES` of
+/// dsh-session 0.1.0-rc.8), sorted.
+pub const KNOWN_EVENT_TYPES: &[&str] = &[
+    "agent-preset/selected",
+    "agent/inbox/spliced",
+    "approval/asked",
+    "approval/decided",
+    "approval/policy",
+    "assistant/chunk",
+    "assistant/message",
+    "command/done",
+    "command/run",
+    "compaction/end",
+    "compaction/prune",
+    "compaction/start",
+    "compaction/summary",
+    "feedback/record",
+    "goal/change",
+    "hook/invoked",
+    "hook/result",
+    "llm/retry",
+    "llm/retry-started",
+    "permission/preset",
+    "plan/mode",
+    "request/context",
+    "request/header",
+    "sandbox/mode",
+    "schedule/change",
+    "session/end-seed",
+    "session/title",
+    "session/title-llm-request",
+    "step/end",
+    "step/start",
+    "subagent/descriptor",
+    "team/member",
+    "team/message/delivered",
+    "team/message/queued",
+    "team/task",
+    "todo/write",
+    "tool-workflow/agent-end",
+    "tool-workflow/agent-start",
+    "tool-workflow/run-end",
+    "tool-workflow/run-start",
+    "tool/call",
+    "tool/code-dispatch",
+    "tool/code-dispatch-start",
+    "tool/result",
+    "turn/end",
+    "turn/start",
+    "user/message",
+    "web/deepseek-search-llm-request",
+];
+
+/// Packed chunk rows: they expand to `assistant/chunk` events.
+const ROW_TYPES: &[&str] = &["text-chunks", "reasoning-chunks", "tool-call-chunks"];
+
+/// A problem found in the lines: its kind, the byte offset of its line in
+/// the decoded text, and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineFinding {
+    pub kind: Kind,
+    /// Offset of the line in the decoded text.
+    pub plain_offset: u64,
+    pub detail: String,
+}
+
+/// Where a second history starts in a transcript whose `seq` went back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqSplit {
+    /// Offset (decoded text) of the first line that repeats a `seq`.
+    pub plain_offset: u64,
+    /// The `seq` that line starts with (the other history's first event).
+    pub seq: u64,
+}
+
+/// The state of the line checks over one transcript.
+#[derive(Debug, Default)]
+pub struct ContentCheck {
+    /// Complete lines seen.
+    pub lines: u64,
+    /// The header, once the first line was one.
+    pub header: Option<Header>,
+    /// The next `seq` expected (of the first writer's history).
+    next_seq: u64,
+    /// The first repeated `seq`, if any.
+    pub split: Option<SeqSplit>,
+    /// The next `seq` of the second history, after a split.
+    other_next: Option<u64>,
+    /// Whether lines after the split went back to the first history.
+    interleaved: bool,
+    /// Whether the last line was skipped unread (longer than sessionfs
+    /// reads): the next `seq` is taken as it comes.
+    seq_unknown: bool,
+    /// Problems found, at most one per kind (the first), with counts.
+    found: Vec<(LineFinding, u64)>,
+}
+
+impl ContentCheck {
+    /// A check of a transcript whose first line must be the header.
+    pub fn new() -> ContentCheck {
+        ContentCheck::default()
+    }
+
+    fn note(&mut self, kind: Kind, plain_offset: u64, detail: String) {
+        if let Some((_, n)) = self.found.iter_mut().find(|(f, _)| f.kind == kind) {
+            *n += 1;
+            return;
+        }
+        self.found.push((
+            LineFinding {
+                kind,
+                plain_offset,
+                detail,
+            },
+            1,
+        ));
+    }
+
+    /// Counts a line too long to be read (more than 16 MiB): it is not
+    /// judged, and the `seq` after it is taken as it comes.
+    pub fn skip_line(&mut self) {
+        self.lines += 1;
+        self.seq_unknown = true;
+    }
+
+    /// Checks one complete line (without its `\n`) at `plain_offset`.
+    pub fn line(&mut self, line: &[u8], plain_offset: u64) {
+        self.lines += 1;
+        let n = self.lines;
+        let map = match parse_object(line, Utf8::Replace) {
+            Ok(map) => map,
+            Err(e) => {
+                let kind = if n == 1 {
+                    Kind::HeaderLess
+                } else {
+                    Kind::InvalidLine
+                };
+                self.note(kind, plain_offset, format!("line {n}: {e}"));
+                return;
+            }
+        };
+        let tag = map.get("type").and_then(Value::as_str).map(str::to_owned);
+        if n == 1 {
+            if tag.as_deref() != Some("session") {
+                self.note(
+                    Kind::HeaderLess,
+                    plain_offset,
+                    "the first line is not a session header".into(),
+                );
+                return;
+            }
+            match header_from_fields(map) {
+                Ok(h) => {
+                    if let Some(cwd) = h.cwd.as_deref() {
+                        if !cwd.starts_with('/') {
+                            self.note(
+                                Kind::CwdRejected,
+                                plain_offset,
+                                format!("the header's cwd {cwd:?} is not an absolute path"),
+                            );
+                        }
+                    }
+                    self.header = Some(h);
+                }
+                Err(HeaderError::UnsupportedVersion(why)) => {
+                    self.note(Kind::UnsupportedVersion, plain_offset, why)
+                }
+                Err(HeaderError::Invalid(why)) => self.note(
+                    Kind::BadHeader,
+                    plain_offset,
+                    format!("invalid header: {why}"),
+                ),
+            }
+            return;
+        }
+        let Some(tag) = tag else {
+            self.note(
+                Kind::InvalidLine,
+                plain_offset,
+                format!("line {n}: the record has no \"type\" string"),
+            );
+            return;
+        };
+        let span = if tag == "session" {
+            self.note(
+                Kind::InvalidLine,
+                plain_offset,
+                format!("line {n}: a second session header"),
+            );
+            return;
+        } else if ROW_TYPES.contains(&tag.as_str()) {
+            match read_record(line) {
+                Ok(Record::Event(span)) => span,
+                Ok(Record::Header(_)) => return,
+                Err(why) => {
+                    self.note(Kind::InvalidLine, plain_offset, format!("line {n}: {why}"));
+                    return;
+                }
+            }
+        } else {
+            let Some(seq) = map.get("seq").and_then(safe_seq) else {
+                self.note(
+                    Kind::InvalidLine,
+                    plain_offset,
+                    format!("line {n}: no valid \"seq\" (a non-negative safe integer)"),
+                );
+                return;
+            };
+            let ignorable = map.get("ignorable") == Some(&Value::Bool(true));
+            if !ignorable && KNOWN_EVENT_TYPES.binary_search(&tag.as_str()).is_err() {
+                self.note(
+                    Kind::UnknownEventType,
+                    plain_offset,
+                    format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
+                );
+            }
+            super::super::lines::SeqSpan {
+                first: seq,
+                count: 1,
+            }
+        };
+        self.seq(span.first, span.end(), plain_offset);
+    }
+
+    fn seq(&mut self, first: u64, end: u64, plain_offset: u64) {
+        if std::mem::take(&mut self.seq_unknown) && self.other_next.is_none() {
+            self.next_seq = end;
+            return;
+        }
+        if let Some(other) = self.other_next {
+            // After a split: a line continues one of the two histories.
+            if first == other {
+                self.other_next = Some(end);
+            } else if first == self.next_seq {
+                self.interleaved = true;
+                self.next_seq = end;
+            } else {
+                self.note(
+                    Kind::SeqGap,
+                    plain_offset,
+                    format!(
+                        "seq {first} continues neither history (expected {} or {other})",
+                        self.next_seq
+                    ),
+                );
+                self.other_next = Some(end);
+            }
+            return;
+        }
+        if first == self.next_seq {
+            self.next_seq = end;
+        } else if first < self.next_seq {
+            self.split = Some(SeqSplit {
+                plain_offset,
+                seq: first,
+            });
+            self.other_next = Some(end);
+        } else {
+            self.note(
+                Kind::SeqGap,
+                plain_offset,
+                format!("seq jumps from {} to {first}", self.next_seq),
+            );
+            self.next_seq = end;
+        }
+    }
+
+    /// The problems found, one per kind, in the order first met; a count
+    /// of later lines of the same kind is added to the sentence.
+    pub fn finish(mut self) -> (Vec<LineFinding>, Option<SeqSplit>, Option<Header>) {
+        if let Some(split) = self.split {
+            let (kind, what) = if self.interleaved {
+                (
+                    Kind::InterleavedWriters,
+                    "two writers interleaved their events",
+                )
+            } else {
+                (
+                    Kind::SeqDuplicate,
+                    "a second writer continued from an older tail",
+                )
+            };
+            self.found.push((
+                LineFinding {
+                    kind,
+                    plain_offset: split.plain_offset,
+                    detail: format!("seq {} appears again: {what}", split.seq),
+                },
+                1,
+            ));
+        }
+        let out = self
+            .found
+            .into_iter()
+            .map(|(mut f, n)| {
+                if n > 1 {
+                    f.detail
+                        .push_str(&format!(" ({} more lines like it)", n - 1));
+                }
+                f
+            })
+            .collect();
+        (out, self.split, self.header)
+    }
+}
+
+/// A JSON value as a `seq`: a non-negative safe integer (`1.0` is 1).
+fn safe_seq(v: &Value) -> Option<u64> {
+    if let Some(u) = v.as_u64() {
+        return (u < (1 << 53)).then_some(u);
+    }
+    let f = v.as_f64()?;
+    (f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_991.0).then_some(f as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(lines: &[&str]) -> Vec<Kind> {
+        let mut c = ContentCheck::new();
+        let mut at = 0;
+        for l in lines {
+            c.line(l.as_bytes(), at);
+            at += l.len() as u64 + 1;
+        }
+        c.finish().0.into_iter().map(|f| f.kind).collect()
+    }
+
+    const H: &str =
+        r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"/x","delegationDepth":0}"#;
+
+    #[test]
+    fn known_types_are_sorted() {
+        assert!(KNOWN_EVENT_TYPES.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn seq_problems() {
+        let e = |s: u64| format!(r#"{{"type":"turn/start","seq":{s},"time":1,"data":{{}}}}"#);
+        let (e0, e1, e2, e3) = (e(0), e(1), e(2), e(3));
+        assert!(run(&[H, &e0, &e1]).is_empty());
+        assert_eq!(run(&[H, &e0, &e2]), vec![Kind::SeqGap]);
+        assert_eq!(
+            run(&[H, &e0, &e1, &e2, &e1, &e2, &e3]),
+            vec![Kind::SeqDuplicate]
+        );
+        assert_eq!(
+            run(&[H, &e0, &e1, &e1, &e2, &e2, &e3]),
+            vec![Kind::InterleavedWriters]
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        let u = r#"{"type":"x/new","seq":0,"time":1,"data":{}}"#;
+        let i = r#"{"type":"x/new","seq":1,"time":1,"data":{},"ignorable":true}"#;
+        assert_eq!(run(&[H, u, i]), vec![Kind::UnknownEventType]);
+        let w = r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"C:\\x","delegationDepth":0}"#;
+        assert_eq!(run(&[w]), vec![Kind::CwdRejected]);
+        assert_eq!(run(&[u]), vec![Kind::HeaderLess]);
+    }
+}

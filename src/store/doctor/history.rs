@@ -1,0 +1,110 @@
+//! Second histories of one session: a sync tool's conflict copy beside a
+//! transcript, compared line by line with it to find where they diverge.
+//!
+//! Source: MOUNT.md ("The tree": conflict copies).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use super::super::classify::walk;
+use super::super::decode;
+use super::super::frame::{FrameInfo, FrameKind};
+use super::super::transcript::Encoding;
+use super::finding::{Finding, Kind};
+use super::layout::ConflictCopy;
+use super::scan_file::FileScan;
+
+/// The decoded text of a transcript's readable prefix: every frame (or
+/// line) up to the first that fails, complete lines only. Holds the whole
+/// prefix in memory: for repairs of one session, not for scans.
+///
+/// Errors: opening or reading the file.
+pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut out = Vec::new();
+    match encoding {
+        Encoding::Raw => {
+            (&file).take(len).read_to_end(&mut out)?;
+        }
+        Encoding::Zstd => {
+            let mut failed = false;
+            let mut io_err = None;
+            let _ = walk(&file, 0, len, None, |info: &FrameInfo| {
+                if failed || info.kind == FrameKind::Skippable {
+                    return !failed;
+                }
+                let mut one = Vec::new();
+                match decode::open(&file, info).map(|mut r| r.read_to_end(&mut one)) {
+                    Ok(Ok(_)) => {
+                        out.extend_from_slice(&one);
+                        true
+                    }
+                    Ok(Err(e)) if e.kind() != std::io::ErrorKind::InvalidData => {
+                        io_err = Some(e);
+                        false
+                    }
+                    _ => {
+                        failed = true;
+                        false
+                    }
+                }
+            });
+            if let Some(e) = io_err {
+                return Err(e);
+            }
+        }
+    }
+    let complete = out.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    out.truncate(complete);
+    Ok(out)
+}
+
+/// The lines of `text` (each without its `\n`).
+pub fn lines(text: &[u8]) -> Vec<&[u8]> {
+    let mut v: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+    if v.last().is_some_and(|l| l.is_empty()) {
+        v.pop();
+    }
+    v
+}
+
+/// How two histories relate: the number of leading lines they share (the
+/// header included).
+pub fn common_lines(a: &[&[u8]], b: &[&[u8]]) -> usize {
+    a.iter().zip(b.iter()).take_while(|(x, y)| x == y).count()
+}
+
+/// The finding about a conflict copy: where it diverges from the
+/// transcript beside it.
+pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
+    let detail = match (
+        readable_text(&c.path, c.encoding),
+        readable_text(&c.transcript, c.encoding),
+    ) {
+        (Ok(a), Ok(b)) => {
+            let (la, lb) = (lines(&a), lines(&b));
+            let same = common_lines(&la, &lb);
+            if same == la.len() && la.len() == lb.len() {
+                "a sync tool's conflict copy with the same history as the transcript".to_string()
+            } else if same == la.len() {
+                format!(
+                    "a sync tool's conflict copy holding a prefix ({} lines) of the transcript",
+                    la.len()
+                )
+            } else {
+                format!(
+                    "a sync tool's conflict copy: it diverges from the transcript after {same} \
+                     common lines (copy: {} lines, transcript: {} lines)",
+                    la.len(),
+                    lb.len()
+                )
+            }
+        }
+        (Err(e), _) => format!("a sync tool's conflict copy that cannot be read: {e}"),
+        (_, Err(e)) => format!("a sync tool's conflict copy whose transcript cannot be read: {e}"),
+    };
+    let _ = copy;
+    Finding::new(&c.path, Kind::ConflictCopy, detail)
+}

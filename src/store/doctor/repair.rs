@@ -1,0 +1,611 @@
+//! `sessionfs doctor --repair`: the lossless repairs, the moves to the
+//! quarantine folder and the forks, each said in its finding's `done`.
+//!
+//! Every change copies the original bytes into the run's quarantine folder
+//! first (recorded in its manifest, [`super::restore`]), takes the
+//! transcript's lock, writes beside the original and publishes atomically
+//! (rename), so that a crash at any moment leaves each session as before or
+//! as after its repair, and running the repair again finishes it.
+//! Content-only refusals are never changed.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::super::append::lock_for_repair;
+use super::super::error::Shown;
+use super::super::frame::encode_frame;
+use super::super::quarantine::Quarantine;
+use super::super::transcript::Encoding;
+use super::finding::{Kind, Remedy};
+use super::fork::{fork_id, fork_lines};
+use super::history::{common_lines, lines, readable_text};
+use super::restore::{Entry, Manifest};
+use super::Scan;
+
+/// A repair run: the quarantine folder (made on first use) and its manifest.
+pub struct Run {
+    root: PathBuf,
+    base: Option<PathBuf>,
+    quarantine: Option<(Quarantine, Manifest)>,
+}
+
+impl Run {
+    /// A run over `root`, its quarantine under `base` (default: MOUNT.md's).
+    pub fn new(root: &Path, base: Option<PathBuf>) -> Run {
+        Run {
+            root: fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()),
+            base,
+            quarantine: None,
+        }
+    }
+
+    /// The quarantine folder, if this run used one.
+    pub fn folder(&self) -> Option<PathBuf> {
+        self.quarantine.as_ref().map(|(q, _)| q.dir().to_path_buf())
+    }
+
+    fn q(&mut self) -> std::io::Result<&mut (Quarantine, Manifest)> {
+        if self.quarantine.is_none() {
+            let q = match &self.base {
+                Some(b) => Quarantine::create_in(b, &self.root)?,
+                None => Quarantine::create(&self.root)?,
+            };
+            let m = Manifest::create(q.dir())?;
+            self.quarantine = Some((q, m));
+        }
+        Ok(self.quarantine.as_mut().expect("set"))
+    }
+
+    fn rel(&self, path: &Path) -> PathBuf {
+        let abs = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        abs.strip_prefix(&self.root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| path.file_name().map(PathBuf::from).unwrap_or_default())
+    }
+
+    /// Copies the whole of `path` into the quarantine and records it.
+    fn keep(
+        &mut self,
+        path: &Path,
+        action: &str,
+        created: Option<PathBuf>,
+    ) -> std::io::Result<PathBuf> {
+        let rel = self.rel(path);
+        let abs = self.root.join(&rel);
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let (q, m) = self.q()?;
+        let copy = q.copy_range(&file, 0, len, &rel)?;
+        m.record(&Entry {
+            action: action.into(),
+            original: abs.to_string_lossy().into_owned(),
+            copy: copy.to_string_lossy().into_owned(),
+            created: created.map(|c| c.to_string_lossy().into_owned()),
+        })?;
+        Ok(copy)
+    }
+
+    /// Moves `path` into the quarantine: copy, record, then unlink.
+    fn set_aside(&mut self, path: &Path) -> std::io::Result<PathBuf> {
+        let copy = self.keep(path, "moved", None)?;
+        fs::remove_file(path)?;
+        sync_dir(path.parent());
+        Ok(copy)
+    }
+}
+
+/// Syncs `dir` when there is one (best effort: the rename is done).
+fn sync_dir(dir: Option<&Path>) {
+    if let Some(d) = dir {
+        let _ = super::super::publish::sync_dir(d);
+    }
+}
+
+/// The hex part of the doctor's own temporaries (publication temporaries
+/// by name, so never shown; one left by a killed run is stale at once).
+pub const DOCTOR_TEMP_HEX: &str = "d0c7d0c7d0c7";
+
+/// Writes `bytes` beside `path` and renames it over `path` (atomic).
+fn publish_over(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!("{name}.{DOCTOR_TEMP_HEX}.tmp"));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    sync_dir(path.parent());
+    Ok(())
+}
+
+/// The encoded bytes of `lines_text` (complete lines) for `encoding`:
+/// the header line as its own frame, the rest as one frame.
+fn encode(encoding: Encoding, header: &[u8], rest: &[u8]) -> std::io::Result<Vec<u8>> {
+    Ok(match encoding {
+        Encoding::Raw => [header, rest].concat(),
+        Encoding::Zstd => {
+            let mut out = encode_frame(header)?;
+            if !rest.is_empty() {
+                out.extend(encode_frame(rest)?);
+            }
+            out
+        }
+    })
+}
+
+/// Runs every repair the findings of `scan` allow; marks each finding's
+/// `done`. Returns the quarantine folder used, if any.
+pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathBuf> {
+    let mut run = Run::new(&scan.root, quarantine_base);
+    let encoding = scan.encoding.unwrap_or(Encoding::Zstd);
+    // Layout findings first: temporaries, flat files, duplicates, moves.
+    for i in 0..scan.layout.len() {
+        let f = scan.layout[i].clone();
+        let done = match f.kind {
+            Kind::StaleTemporary | Kind::FlatArtifact | Kind::DuplicateId => run
+                .set_aside(&f.path)
+                .map(|c| format!("moved to the quarantine folder as {}", Shown(&c))),
+            Kind::Misplaced => move_home(&mut run, scan, &f.path),
+            Kind::EncodingMismatch => convert(&mut run, &f.path, encoding),
+            Kind::ConflictCopy => fork_conflict(&mut run, scan, i),
+            _ => continue,
+        };
+        scan.layout[i].done = Some(match done {
+            Ok(text) => text,
+            Err(e) => {
+                scan.layout[i].fix = format!("{} (the repair failed: {e})", scan.layout[i].fix);
+                continue;
+            }
+        });
+    }
+    for fi in 0..scan.files.len() {
+        let path = scan.files[fi].path.clone();
+        if scan
+            .layout
+            .iter()
+            .any(|f| f.path == path && f.done.is_some() && f.kind == Kind::DuplicateId)
+        {
+            // Set aside with its duplicate finding: nothing left to repair.
+            for f in &mut scan.files[fi].findings {
+                f.done = Some("set aside with the file".into());
+            }
+            continue;
+        }
+        let findings = scan.files[fi].findings.clone();
+        if findings.iter().any(|f| f.remedy == Remedy::SetAside) {
+            let r = run.set_aside(&path);
+            for f in &mut scan.files[fi].findings {
+                match &r {
+                    Ok(c) if f.remedy == Remedy::SetAside => {
+                        f.done = Some(format!(
+                            "the transcript was moved to the quarantine folder as {}",
+                            Shown(c)
+                        ))
+                    }
+                    Ok(_) => f.done = Some("set aside with the file".into()),
+                    Err(e) => f.fix = format!("{} (moving it failed: {e})", f.fix),
+                }
+            }
+            continue;
+        }
+        for (k, f) in findings.iter().enumerate() {
+            let done = match f.kind {
+                Kind::TornTail => {
+                    torn_tail(&mut run, &path, f.offset.unwrap_or(0), scan.files[fi].raw)
+                }
+                Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
+                Kind::SeqDuplicate | Kind::InterleavedWriters => {
+                    split_seq(&mut run, scan, fi, encoding)
+                }
+                _ => continue,
+            };
+            match done {
+                Ok(t) => scan.files[fi].findings[k].done = Some(t),
+                Err(e) => {
+                    let fix = &mut scan.files[fi].findings[k].fix;
+                    *fix = format!("{fix} (the repair failed: {e})");
+                }
+            }
+        }
+    }
+    run.folder()
+}
+
+/// Most decoded bytes read from a torn frame when salvaging its lines.
+const SALVAGE_LIMIT: u64 = 64 << 20;
+
+/// The complete lines a torn frame `fragment` decodes to before it ends,
+/// kept while each is a valid record continuing `seq` from `next` (the
+/// reference's load recovers the same records).
+fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut plain = Vec::new();
+    if let Ok(d) = zstd::stream::read::Decoder::new(fragment) {
+        let mut d = d.take(SALVAGE_LIMIT);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match d.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => plain.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+    let mut kept = 0usize;
+    for line in plain.split_inclusive(|&b| b == b'\n') {
+        let Some(body) = line.strip_suffix(b"\n") else {
+            break;
+        };
+        match super::super::lines::read_record(body) {
+            Ok(super::super::lines::Record::Event(span)) if span.first == next => {
+                next = span.end();
+                kept += line.len();
+            }
+            _ => break,
+        }
+    }
+    plain.truncate(kept);
+    plain
+}
+
+/// The writers' locks of `path` ([`lock_for_repair`]), as an I/O error
+/// that names what failed when they cannot be had.
+fn repair_lock(
+    path: &Path,
+    file: &std::fs::File,
+) -> std::io::Result<super::super::lease::LockGuard> {
+    lock_for_repair(path, file).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// A torn tail. When the torn frame's complete lines decode and continue
+/// the transcript, the file becomes its complete frames plus one frame of
+/// those lines, written beside it and renamed over it; otherwise the torn
+/// frame is cut by the damage branch's repair
+/// ([`crate::store::check::check_transcript`]). The original is copied
+/// whole to the quarantine folder first.
+fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<String> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let locked = repair_lock(path, &file)?;
+    let bytes = fs::read(path)?;
+    let at_us = at as usize;
+    if at_us > bytes.len() {
+        return Err(std::io::Error::other("the file changed since the scan"));
+    }
+    let enc = if raw { Encoding::Raw } else { Encoding::Zstd };
+    let kept = if raw {
+        Vec::new()
+    } else {
+        let tmp = tempfile_like(&bytes[..at_us])?;
+        let prefix = readable_text(&tmp.0, enc)?;
+        match super::super::lines::next_seq_of_transcript(&prefix) {
+            Ok(next) => salvage(&bytes[at_us..], next),
+            Err(_) => Vec::new(),
+        }
+    };
+    run.keep(path, "rewritten", None)?;
+    if kept.is_empty() {
+        // check_transcript takes the locks itself.
+        drop(locked);
+        drop(file);
+        let r = super::super::check::check_transcript(path, true)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if !r.repaired {
+            return Err(std::io::Error::other("the tail is no longer torn"));
+        }
+        return Ok(format!(
+            "the torn last frame was cut at byte {at}; the original is in the quarantine folder"
+        ));
+    }
+    let lines = kept.iter().filter(|&&b| b == b'\n').count();
+    let mut new = bytes[..at_us].to_vec();
+    new.extend(encode_frame(&kept)?);
+    publish_over(path, &new)?;
+    drop(locked);
+    drop(file);
+    Ok(format!(
+        "the torn last frame at byte {at} was replaced by a frame of its {lines} complete \
+         lines that decode and continue the transcript; the original is in the quarantine \
+         folder"
+    ))
+}
+
+/// A first frame holding the header and more lines: re-framed (the header
+/// alone, then the rest), same decoded bytes.
+fn reframe(run: &mut Run, path: &Path) -> std::io::Result<String> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let _locked = repair_lock(path, &file)?;
+    let text = readable_text(path, Encoding::Zstd)?;
+    let Some(nl) = text.iter().position(|&b| b == b'\n') else {
+        return Err(std::io::Error::other("no header line"));
+    };
+    run.keep(path, "rewritten", None)?;
+    let bytes = encode(Encoding::Zstd, &text[..=nl], &text[nl + 1..])?;
+    publish_over(path, &bytes)?;
+    Ok("re-framed: the header in a frame of its own, the same decoded bytes".into())
+}
+
+/// A session directory not where its header says: moved there when free.
+fn move_home(run: &mut Run, scan: &Scan, transcript: &Path) -> std::io::Result<String> {
+    let Some(file) = scan.files.iter().find(|f| f.path == transcript) else {
+        return Err(std::io::Error::other("not scanned"));
+    };
+    let h = file
+        .header
+        .as_ref()
+        .ok_or_else(|| std::io::Error::other("no header"))?;
+    let project = super::super::naming::project_dir_name(h.cwd.as_deref())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let session =
+        super::super::naming::encode_id(&h.id).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let dest = scan.root.join(&project).join(&session);
+    let src = transcript
+        .parent()
+        .ok_or_else(|| std::io::Error::other("no directory"))?;
+    if dest.exists() {
+        return Err(std::io::Error::other(format!("{} is taken", Shown(&dest))));
+    }
+    run.keep(transcript, "relocated", Some(dest.clone()))?;
+    fs::create_dir_all(scan.root.join(&project))?;
+    // rename(2) of a directory onto a missing name is atomic.
+    fs::rename(src, &dest)?;
+    sync_dir(src.parent());
+    sync_dir(dest.parent());
+    Ok(format!("moved to {}", Shown(&dest)))
+}
+
+/// A transcript of the other encoding, converted when no transcript of the
+/// root's encoding stands beside it.
+fn convert(run: &mut Run, path: &Path, root_enc: Encoding) -> std::io::Result<String> {
+    let dest = path.with_file_name(root_enc.file_name());
+    if dest.exists() {
+        return Err(std::io::Error::other(format!(
+            "{} exists beside it",
+            Shown(&dest)
+        )));
+    }
+    let text = readable_text(path, root_enc.opposite())?;
+    let nl = text
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| std::io::Error::other("no header"))?;
+    let bytes = encode(root_enc, &text[..=nl], &text[nl + 1..])?;
+    run.keep(path, "converted", Some(dest.clone()))?;
+    let tmp = dest.with_file_name(format!("{}.{DOCTOR_TEMP_HEX}.tmp", root_enc.file_name()));
+    let _ = fs::remove_file(&tmp);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    fs::hard_link(&tmp, &dest)?;
+    fs::remove_file(&tmp)?;
+    fs::remove_file(path)?;
+    sync_dir(path.parent());
+    Ok(format!("converted to {}", Shown(&dest)))
+}
+
+/// Publishes the other history as a fork session; returns its path.
+fn publish_fork(
+    root: &Path,
+    encoding: Encoding,
+    parent: &super::super::header::Header,
+    id_source: &[u8],
+    seed: &[&[u8]],
+    divergent: &[&[u8]],
+) -> std::io::Result<PathBuf> {
+    let id = fork_id(&parent.id, id_source);
+    let (header, events) =
+        fork_lines(parent, &id, seed, divergent).map_err(std::io::Error::other)?;
+    match super::super::publish::publish_session(root, encoding, &header, &events) {
+        Ok(p) => Ok(p),
+        // A run interrupted after publishing the fork: the same fork is
+        // there (same bytes), so the repair goes on.
+        Err(super::super::error::StoreError::AlreadyExists { path }) => {
+            let want = encode(encoding, &header, &events)?;
+            if fs::read(&path).ok().as_deref() == Some(want.as_slice()) {
+                Ok(path)
+            } else {
+                Err(std::io::Error::other(format!(
+                    "{} exists and is another session",
+                    Shown(&path)
+                )))
+            }
+        }
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
+}
+
+/// The seed of a fork: the lines (after the header) whose events come
+/// before `seq`.
+fn seed_before<'a>(all: &[&'a [u8]], seq: u64) -> Vec<&'a [u8]> {
+    all.iter()
+        .skip(1)
+        .take_while(|l| {
+            serde_json::from_slice::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| {
+                    v.get("seq")
+                        .or_else(|| v.get("seq0"))
+                        .and_then(|s| s.as_u64())
+                })
+                .is_some_and(|s| s < seq)
+        })
+        .copied()
+        .collect()
+}
+
+/// A conflict copy: its divergent part becomes a fork, then the copy is
+/// set aside.
+fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Result<String> {
+    let path = scan.layout[layout_index].path.clone();
+    let (c, _) = scan
+        .conflicts
+        .iter()
+        .find(|(c, _)| c.path == path)
+        .ok_or_else(|| std::io::Error::other("not scanned"))?;
+    let copy_text = readable_text(&c.path, c.encoding)?;
+    let main_text = readable_text(&c.transcript, c.encoding)?;
+    let (a, b) = (lines(&copy_text), lines(&main_text));
+    let same = common_lines(&a, &b);
+    let parent = scan
+        .files
+        .iter()
+        .find(|f| f.path == c.transcript)
+        .and_then(|f| f.header.clone())
+        .ok_or_else(|| std::io::Error::other("the transcript beside it has no valid header"))?;
+    let mut text = "the copy holds nothing the transcript lacks".to_string();
+    let mut made = None;
+    if same < a.len() && same > 0 {
+        let first_seq = serde_json::from_slice::<serde_json::Value>(a[same])
+            .ok()
+            .and_then(|v| {
+                v.get("seq")
+                    .or_else(|| v.get("seq0"))
+                    .and_then(|s| s.as_u64())
+            })
+            .ok_or_else(|| std::io::Error::other("the copy's first divergent line has no seq"))?;
+        let seed = seed_before(&b, first_seq);
+        let fork = publish_fork(
+            &scan.root,
+            scan.encoding.unwrap_or(Encoding::Zstd),
+            &parent,
+            &copy_text,
+            &seed,
+            &a[same..],
+        )?;
+        text = format!(
+            "its {} divergent lines became the fork {}",
+            a.len() - same,
+            Shown(&fork)
+        );
+        made = Some(fork);
+    }
+    // The fork is recorded with the copy, so that --restore removes it.
+    let copy = run.keep(&c.path, "moved", made)?;
+    fs::remove_file(&c.path)?;
+    sync_dir(c.path.parent());
+    Ok(format!(
+        "{text}; the copy was moved to the quarantine folder as {}",
+        Shown(&copy)
+    ))
+}
+
+/// A transcript whose `seq` went back: cut at the first repeated `seq`
+/// (the committed prefix kept byte for byte), its first history's later
+/// lines kept after it, and the other history published as a fork.
+fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::Result<String> {
+    let file = &scan.files[fi];
+    let (split, _) = file
+        .split
+        .ok_or_else(|| std::io::Error::other("no split"))?;
+    let parent = file
+        .header
+        .clone()
+        .ok_or_else(|| std::io::Error::other("no header"))?;
+    let fh = OpenOptions::new().read(true).write(true).open(&file.path)?;
+    let _locked = repair_lock(&file.path, &fh)?;
+    let text = readable_text(&file.path, enc)?;
+    let cut = split.plain_offset as usize;
+    if cut > text.len() {
+        return Err(std::io::Error::other("the file changed since the scan"));
+    }
+    // Partition the lines after the cut into the two histories.
+    let all = lines(&text);
+    let mut next_main: u64 = 0;
+    let mut offset = 0usize;
+    let mut main_keep: Vec<&[u8]> = Vec::new();
+    let mut other: Vec<&[u8]> = Vec::new();
+    let mut other_next = split.seq;
+    for (i, l) in all.iter().enumerate() {
+        let start = offset;
+        offset += l.len() + 1;
+        if i == 0 {
+            continue;
+        }
+        let (s, n) =
+            super::fork::line_span(l).ok_or_else(|| std::io::Error::other("a line without seq"))?;
+        if start < cut {
+            next_main = s + n;
+        } else if s == other_next {
+            other.push(l);
+            other_next = s + n;
+        } else if s == next_main {
+            main_keep.push(l);
+            next_main = s + n;
+        } else {
+            other.push(l);
+            other_next = s + n;
+        }
+    }
+    let seed = seed_before(&all, split.seq);
+    let fork = publish_fork(&scan.root, enc, &parent, &text[cut..], &seed, &other)?;
+    run.keep(&file.path, "rewritten", Some(fork.clone()))?;
+    // The new file: the original bytes up to the frame holding the cut,
+    // then the rest of the first history re-encoded.
+    let (_, frame_at) = file.split.expect("checked");
+    let prefix_plain = readable_text_upto(&file.path, enc, frame_at)?;
+    let mut bytes = std::fs::read(&file.path)?;
+    bytes.truncate(frame_at as usize);
+    let mut tail = text[prefix_plain..cut].to_vec();
+    for l in &main_keep {
+        tail.extend_from_slice(l);
+        tail.push(b'\n');
+    }
+    if !tail.is_empty() {
+        match enc {
+            Encoding::Zstd => bytes.extend(encode_frame(&tail)?),
+            Encoding::Raw => bytes.extend_from_slice(&tail),
+        }
+    }
+    publish_over(&file.path, &bytes)?;
+    drop(fh);
+    Ok(format!(
+        "split at seq {}: the transcript keeps the first history ({} later lines), the other \
+         history ({} lines) became the fork {}",
+        split.seq,
+        main_keep.len(),
+        other.len(),
+        Shown(&fork)
+    ))
+}
+
+/// The decoded length of the frames that start before `at` (zstd), or
+/// `at` itself (raw).
+fn readable_text_upto(path: &Path, enc: Encoding, at: u64) -> std::io::Result<usize> {
+    match enc {
+        Encoding::Raw => Ok(at as usize),
+        Encoding::Zstd => {
+            let bytes = fs::read(path)?;
+            let head = &bytes[..at as usize];
+            let tmp = tempfile_like(head)?;
+            Ok(readable_text(&tmp.0, Encoding::Zstd)?.len())
+        }
+    }
+}
+
+/// A private temporary file holding `bytes` (removed on drop).
+struct TempPath(PathBuf);
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+fn tempfile_like(bytes: &[u8]) -> std::io::Result<TempPath> {
+    let p = std::env::temp_dir().join(format!(
+        "sessionfs-doctor-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    fs::write(&p, bytes)?;
+    Ok(TempPath(p))
+}

@@ -1,0 +1,455 @@
+//! The doctor's scan of one transcript file: every frame walked (the
+//! damage classifier, [`crate::store::classify::walk`]) and decoded through
+//! the bounded streaming decoder, checksum verified, with its lines fed to
+//! the line checks ([`super::content`]); or, for `session.jsonl`, every line.
+//! One decode per frame serves both.
+//!
+//! Source: FORMAT.md ("Reading and recovery"), MOUNT.md ("The tree").
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use super::super::classify::{walk, WalkEnd};
+use super::super::decode;
+use super::super::frame::{FrameError, FrameInfo, FrameKind};
+use super::super::header::Header;
+use super::super::limits::MAX_LINE_BYTES;
+use super::content::{ContentCheck, SeqSplit};
+use super::finding::{Finding, Kind};
+
+/// What the scan of one transcript found.
+#[derive(Debug, Clone, Default)]
+pub struct FileScan {
+    /// The transcript.
+    pub path: PathBuf,
+    /// Whether it was read as raw lines (`session.jsonl`).
+    pub raw: bool,
+    /// Its length on disk in bytes.
+    pub bytes: u64,
+    /// Complete data frames on disk (decodable or not); 0 for raw.
+    pub frames: u64,
+    /// Of those, frames that decoded with a valid checksum.
+    pub frames_ok: u64,
+    /// Complete lines read (before any damage).
+    pub lines: u64,
+    /// Decoded bytes read before any damage.
+    pub plain_len: u64,
+    /// The header, when the first line is one.
+    pub header: Option<Header>,
+    /// Where the committed data ends when the tail is torn (file offset).
+    pub torn_at: Option<u64>,
+    /// The first repeated `seq`: decoded offset and `seq`; with the file
+    /// offset of the frame (zstd) or line (raw) it lies in.
+    pub split: Option<(SeqSplit, u64)>,
+    /// The problems, one per kind.
+    pub findings: Vec<Finding>,
+    /// (decoded offset, file offset) of each frame whose lines were read.
+    frame_starts: Vec<(u64, u64)>,
+}
+
+impl FileScan {
+    /// Whether a finding of `kind` was made.
+    pub fn has(&self, kind: Kind) -> bool {
+        self.findings.iter().any(|f| f.kind == kind)
+    }
+}
+
+/// Splits decoded bytes into lines, holding at most [`MAX_LINE_BYTES`] of
+/// an unfinished one.
+struct Lines {
+    pending: Vec<u8>,
+    /// Bytes of the unfinished line so far (dropped ones included).
+    pending_len: u64,
+    /// Decoded offset of the unfinished line's first byte.
+    start: u64,
+    /// Whether the unfinished line grew past the cap (its bytes dropped).
+    too_long: bool,
+}
+
+impl Lines {
+    fn new() -> Lines {
+        Lines {
+            pending: Vec::new(),
+            pending_len: 0,
+            start: 0,
+            too_long: false,
+        }
+    }
+
+    fn feed(&mut self, mut bytes: &[u8], check: &mut ContentCheck) {
+        while let Some(i) = bytes.iter().position(|&b| b == b'\n') {
+            let at = self.start;
+            let total = self.pending_len + i as u64 + 1;
+            if self.too_long {
+                check.skip_line();
+            } else if self.pending.is_empty() {
+                check.line(&bytes[..i], at);
+            } else {
+                self.pending.extend_from_slice(&bytes[..i]);
+                check.line(&self.pending, at);
+            }
+            self.pending.clear();
+            self.pending_len = 0;
+            self.too_long = false;
+            self.start = at + total;
+            bytes = &bytes[i + 1..];
+        }
+        self.pending_len += bytes.len() as u64;
+        if !self.too_long {
+            if self.pending.len() + bytes.len() > MAX_LINE_BYTES {
+                self.too_long = true;
+                self.pending = Vec::new();
+            } else {
+                self.pending.extend_from_slice(bytes);
+            }
+        }
+    }
+}
+
+/// Scans the transcript at `path` (any name; `raw` says how to read it).
+/// Never fails: what cannot be read is a finding.
+pub fn scan_file(path: &Path, raw: bool) -> FileScan {
+    let mut scan = FileScan {
+        path: path.to_path_buf(),
+        raw,
+        ..FileScan::default()
+    };
+    if let Some(what) = super::super::check::describe_non_regular(path) {
+        scan.findings
+            .push(Finding::new(path, Kind::Unreadable, what));
+        return scan;
+    }
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            scan.findings.push(Finding::new(
+                path,
+                Kind::Unreadable,
+                format!("cannot open it: {e}"),
+            ));
+            return scan;
+        }
+    };
+    let len = match file.metadata() {
+        Ok(m) => m.len(),
+        Err(e) => {
+            scan.findings.push(Finding::new(
+                path,
+                Kind::Unreadable,
+                format!("cannot stat it: {e}"),
+            ));
+            return scan;
+        }
+    };
+    scan.bytes = len;
+    if len == 0 {
+        scan.findings.push(Finding::new(
+            path,
+            Kind::Empty,
+            "the file is empty: no header, nothing committed",
+        ));
+        return scan;
+    }
+    let mut check = ContentCheck::new();
+    let result = if raw {
+        scan_lines(&file, len, &mut scan, &mut check)
+    } else {
+        scan_frames(&file, len, &mut scan, &mut check)
+    };
+    if let Err(e) = result {
+        scan.findings.push(Finding::new(
+            path,
+            Kind::Unreadable,
+            format!("reading failed: {e}"),
+        ));
+    }
+    scan.lines = check.lines;
+    let (found, split, header) = check.finish();
+    scan.header = header;
+    let whole = |k: Kind| {
+        matches!(
+            k,
+            Kind::HeaderLess | Kind::BadHeader | Kind::UnsupportedVersion
+        )
+    };
+    let header_problem = found.iter().find(|f| whole(f.kind)).cloned();
+    let found = match header_problem {
+        // Without a valid header nothing else in the lines matters: one
+        // finding for the session.
+        Some(f) => vec![f],
+        None => found,
+    };
+    let starts = std::mem::take(&mut scan.frame_starts);
+    let frame_of = |plain: u64| -> Option<u64> {
+        if raw {
+            Some(plain)
+        } else {
+            starts
+                .iter()
+                .take_while(|(p, _)| *p <= plain)
+                .last()
+                .map(|(_, f)| *f)
+        }
+    };
+    let mut extra = Vec::new();
+    for f in found {
+        let at = frame_of(f.plain_offset);
+        let mut finding = Finding::new(path, f.kind, f.detail);
+        if let Some(at) = at {
+            finding = finding.at(at);
+        }
+        extra.push(finding);
+    }
+    scan.split = split.map(|s| (s, frame_of(s.plain_offset).unwrap_or(0)));
+    if scan.has(Kind::HeaderFrameHoldsEvents) && extra.iter().any(|f| whole(f.kind)) {
+        scan.findings
+            .retain(|f| f.kind != Kind::HeaderFrameHoldsEvents);
+    }
+    scan.findings.extend(extra);
+    scan
+}
+
+/// Reads a raw transcript line by line.
+fn scan_lines(
+    file: &File,
+    len: u64,
+    scan: &mut FileScan,
+    check: &mut ContentCheck,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::with_capacity(256 * 1024, Read::take(file, len));
+    let mut line = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            if n > MAX_LINE_BYTES {
+                // Longer than sessionfs reads: skipped unjudged, up to its
+                // newline (64 KiB at a time).
+                let mut skipped = n as u64;
+                let mut ended = false;
+                while !ended {
+                    line.clear();
+                    let m = (&mut reader).take(64 * 1024).read_until(b'\n', &mut line)?;
+                    if m == 0 {
+                        break;
+                    }
+                    skipped += m as u64;
+                    ended = line.last() == Some(&b'\n');
+                }
+                if ended {
+                    check.skip_line();
+                    offset += skipped;
+                    continue;
+                }
+                scan.torn_at = Some(offset);
+                scan.findings.push(
+                    Finding::new(
+                        &scan.path,
+                        Kind::TornTail,
+                        format!(
+                            "the last line ({skipped} bytes) has no newline: an interrupted write"
+                        ),
+                    )
+                    .at(offset),
+                );
+                break;
+            }
+            let kind = if check.lines == 0 {
+                Kind::TornHeader
+            } else {
+                Kind::TornTail
+            };
+            scan.torn_at = Some(offset);
+            scan.findings.push(
+                Finding::new(
+                    &scan.path,
+                    kind,
+                    format!("the last line ({n} bytes) has no newline: an interrupted write"),
+                )
+                .at(offset),
+            );
+            break;
+        }
+        check.line(&line[..n - 1], offset);
+        offset += n as u64;
+    }
+    scan.plain_len = offset;
+    Ok(())
+}
+
+/// Walks and decodes every frame.
+fn scan_frames(
+    file: &File,
+    len: u64,
+    scan: &mut FileScan,
+    check: &mut ContentCheck,
+) -> std::io::Result<()> {
+    let path = scan.path.clone();
+    let mut lines = Lines::new();
+    // Once a frame fails, the lines after it are not read.
+    let mut reading = true;
+    let mut plain = 0u64;
+    let mut io_error = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut frame_findings: Vec<Finding> = Vec::new();
+    let mut frame_starts: Vec<(u64, u64)> = Vec::new();
+    let mut data_frames = 0u64;
+    let end = walk(file, 0, len, None, |info: &FrameInfo| {
+        if info.kind == FrameKind::Skippable {
+            frame_findings.push(
+                Finding::new(
+                    &path,
+                    Kind::SkippableFrame,
+                    format!("a skippable frame of {} bytes", info.len),
+                )
+                .at(info.offset),
+            );
+            return true;
+        }
+        data_frames += 1;
+        let lines_before = check.lines;
+        let mut reader = match decode::open(file, info) {
+            Ok(r) => r,
+            Err(FrameError::Io(e)) => {
+                io_error = Some(e);
+                return false;
+            }
+            Err(FrameError::Corrupt { offset, reason }) => {
+                frame_findings.push(
+                    Finding::new(
+                        &path,
+                        Kind::CorruptFrame,
+                        format!("frame {data_frames}: {reason}"),
+                    )
+                    .at(offset),
+                );
+                reading = false;
+                return true;
+            }
+        };
+        // A frame is decoded whole before its lines count: a checksum
+        // failure at its end must not leave half its lines checked.
+        let mut decoded: Vec<u8> = Vec::new();
+        let mut failed = None;
+        loop {
+            match reader.read_frame(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if reading {
+                        if decoded.len() + n > 4 * MAX_LINE_BYTES {
+                            // Large frames are fed as they come.
+                            frame_starts.push((plain, info.offset));
+                            lines.feed(&decoded, check);
+                            plain += decoded.len() as u64;
+                            decoded.clear();
+                        }
+                        decoded.extend_from_slice(&buf[..n]);
+                    }
+                }
+                Err(FrameError::Io(e)) => {
+                    io_error = Some(e);
+                    return false;
+                }
+                Err(FrameError::Corrupt { offset, reason }) => {
+                    failed = Some((offset, reason));
+                    break;
+                }
+            }
+        }
+        if let Some((offset, reason)) = failed {
+            frame_findings.push(
+                Finding::new(
+                    &path,
+                    Kind::CorruptFrame,
+                    format!("frame {data_frames}: {reason}"),
+                )
+                .at(offset),
+            );
+            reading = false;
+            return true;
+        }
+        scan.frames_ok += 1;
+        if reading {
+            frame_starts.push((plain, info.offset));
+            lines.feed(&decoded, check);
+            plain += decoded.len() as u64;
+            if decoded.last().is_some_and(|&b| b != b'\n') {
+                frame_findings.push(
+                    Finding::new(&path, Kind::SplitLine, "the frame ends inside a line")
+                        .at(info.offset),
+                );
+            }
+            if data_frames == 1 && check.lines > lines_before + 1 && check.header.is_some() {
+                frame_findings.push(
+                    Finding::new(
+                        &path,
+                        Kind::HeaderFrameHoldsEvents,
+                        format!(
+                            "the first frame holds the header and {} more lines",
+                            check.lines - lines_before - 1
+                        ),
+                    )
+                    .at(info.offset),
+                );
+            }
+        }
+        true
+    });
+    if let Some(e) = io_error {
+        return Err(e);
+    }
+    scan.frames = data_frames;
+    scan.plain_len = plain;
+    match end {
+        Err(FrameError::Io(e)) => return Err(e),
+        Err(FrameError::Corrupt { offset, reason }) => {
+            frame_findings.push(Finding::new(&path, Kind::Damaged, reason).at(offset))
+        }
+        Ok(WalkEnd::Clean) => {}
+        Ok(WalkEnd::Torn { at }) => {
+            scan.torn_at = Some(at);
+            if data_frames == 0 {
+                frame_findings.push(
+                    Finding::new(
+                        &path,
+                        Kind::TornHeader,
+                        "the file ends inside its header frame: nothing committed",
+                    )
+                    .at(at),
+                );
+            } else {
+                frame_findings.push(
+                    Finding::new(
+                        &path,
+                        Kind::TornTail,
+                        format!(
+                            "the last frame ends early ({} bytes after its start): an \
+                             interrupted write",
+                            len - at
+                        ),
+                    )
+                    .at(at),
+                );
+            }
+        }
+        Ok(WalkEnd::Damaged(d)) => {
+            // The classifier may put the damage at a frame already walked.
+            frame_findings.retain(|f| !(f.kind == Kind::CorruptFrame && f.offset == Some(d.at)));
+            let detail = match d.resumes_at {
+                Some(r) => format!("{}; verifiable data resumes at byte {r}", d.reason),
+                None => d.reason.clone(),
+            };
+            frame_findings.push(Finding::new(&path, Kind::Damaged, detail).at(d.at));
+        }
+    }
+    scan.findings.extend(frame_findings);
+    scan.frame_starts = frame_starts;
+    Ok(())
+}

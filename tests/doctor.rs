@@ -1,0 +1,915 @@
+//! `sessionfs doctor` (issue 13): on a copy of every corpus case it reports
+//! exactly that case's problems; `--repair` leaves roots the reference
+//! oracle lists and loads, keeps committed prefixes byte for byte, turns
+//! second histories (duplicate `seq` by two writers, Syncthing and Dropbox
+//! conflict copies) into forks that load as prefix + end-seed + divergent
+//! events, keeps the original bytes in the quarantine folder, and
+//! `--restore` puts them back; `--json` follows its schema; the progress
+//! bar shows on a terminal only.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{corpus_dir, oracle, zstd_dc};
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sessionfs")
+}
+
+/// Runs `sessionfs ARGS` with the quarantine base (and the state folder the
+/// damage branch's torn-tail repair uses) under `state`.
+fn sessionfs(state: &Path, args: &[&std::ffi::OsStr]) -> Output {
+    Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(bin())
+        .args(args)
+        .env("XDG_STATE_HOME", state)
+        .output()
+        .unwrap()
+}
+
+/// `doctor --json` over `target` (plus `extra` flags): exit code and report.
+fn doctor_json(state: &Path, target: &Path, extra: &[&str]) -> (i32, Value) {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["doctor".as_ref(), "--json".as_ref()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    args.push(target.as_os_str());
+    let out = sessionfs(state, &args);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// (kind, path relative to `root`) of every finding, sorted, duplicates kept.
+fn findings(report: &Value, root: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let p = PathBuf::from(f["path"].as_str().unwrap());
+            let rel = p
+                .strip_prefix(root)
+                .unwrap_or(&p)
+                .to_string_lossy()
+                .into_owned();
+            (f["kind"].as_str().unwrap().to_string(), rel)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn case_copy(case: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    // `cp -a` keeps the corpus's mtimes: its publication temporary is old.
+    common::sh_ok(
+        "cp -a \"$1\" \"$2\" && chmod -R u+w \"$2\"",
+        [
+            corpus_dir().join(case).join("root").as_os_str(),
+            root.as_os_str(),
+        ],
+    );
+    (tmp, root)
+}
+
+const APP: &str = "--home-alice-work-app--";
+const C_SESSION: &str = "--C-Users-dev-repo--/~00FCn~00EFc~00F6d~00E9-~D83D~DE80";
+
+/// The expected findings of each corpus case (kind, relative path).
+fn expected(case: &str) -> Vec<(&'static str, String)> {
+    let t = |s: &str| format!("{APP}/{s}/session.jsonl.zstd");
+    let mut v = match case {
+        "normal" | "unpacked" => vec![("cwd_rejected", format!("{C_SESSION}/session.jsonl.zstd"))],
+        "raw" => vec![("cwd_rejected", format!("{C_SESSION}/session.jsonl"))],
+        "torn" => vec![
+            ("torn_tail", t("torn-3-bytes-of-frame")),
+            ("torn_tail", t("torn-half-last-frame")),
+            ("torn_tail", t("torn-in-checksum")),
+            ("torn_header", t("torn-in-header-frame")),
+            ("torn_tail", t("torn-multiblock-mid")),
+        ],
+        "corrupt-header" => vec![("header_less", t("headerless"))],
+        "corrupt-tail" => vec![
+            ("corrupt_frame", t("bitflip-middle-frame")),
+            ("damaged", t("garbage-appended")),
+        ],
+        "flat" => vec![("flat_artifact", format!("{APP}/legacy-flat.jsonl.zstd"))],
+        "mismatch" => vec![(
+            "encoding_mismatch",
+            format!("{APP}/raw-session/session.jsonl"),
+        )],
+        // The older copy is set aside; in a fresh copy both have the
+        // corpus's mtimes, and the tie goes to the first path.
+        "duplicate" => vec![("duplicate_id", String::new())],
+        "identity-moved" => vec![(
+            "misplaced",
+            "--home-alice-work-other--/moved/session.jsonl.zstd".to_string(),
+        )],
+        "stray-files" => vec![
+            (
+                "stale_temporary",
+                format!("{APP}/with-extras/session.jsonl.zstd.0123456789ab.tmp"),
+            ),
+            ("empty", t("zero-byte")),
+        ],
+        other => panic!("no expectation for case {other}"),
+    };
+    v.sort();
+    v
+}
+
+fn check_case(case: &str) {
+    let (tmp, root) = case_copy(case);
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    let want = expected(case);
+    assert_eq!(got.len(), want.len(), "{case}: {got:?}");
+    for ((gk, gp), (wk, wp)) in got.iter().zip(&want) {
+        assert_eq!(gk, wk, "{case}: {got:?}");
+        if case == "duplicate" {
+            assert!(
+                gp.ends_with("/dup-id/session.jsonl.zstd"),
+                "{case}: {got:?}"
+            );
+        } else {
+            assert_eq!(gp, wp, "{case}: {got:?}");
+        }
+    }
+    let content_only = want.iter().all(|(k, _)| *k == "cwd_rejected");
+    assert_eq!(code, if content_only { 0 } else { 1 }, "{case}: exit code");
+    // Every finding has what to do, and damage in a file names its offset.
+    for f in report["findings"].as_array().unwrap() {
+        assert!(!f["fix"].as_str().unwrap().is_empty());
+        assert!(!f["reference"].as_str().unwrap().is_empty());
+        if ["torn_tail", "corrupt_frame", "damaged"].contains(&f["kind"].as_str().unwrap()) {
+            assert!(f["offset"].is_u64(), "{f}");
+        }
+    }
+    // The summary counts the transcripts on disk.
+    let files = common::sh_ok(
+        "find \"$1\" -name session.jsonl.zstd -o -name session.jsonl | wc -l",
+        [root.as_os_str()],
+    );
+    let n: u64 = String::from_utf8_lossy(&files).trim().parse().unwrap();
+    assert_eq!(report["summary"]["sessions_scanned"], n, "{case}");
+}
+
+macro_rules! case_tests {
+    ($($name:ident => $case:expr),* $(,)?) => {
+        $(#[test] fn $name() { check_case($case); })*
+    };
+}
+
+case_tests! {
+    corpus_normal => "normal",
+    corpus_unpacked => "unpacked",
+    corpus_raw => "raw",
+    corpus_torn => "torn",
+    corpus_corrupt_header => "corrupt-header",
+    corpus_corrupt_tail => "corrupt-tail",
+    corpus_flat => "flat",
+    corpus_mismatch => "mismatch",
+    corpus_duplicate => "duplicate",
+    corpus_identity_moved => "identity-moved",
+    corpus_stray_files => "stray-files",
+}
+
+/// The corrupt frame is named and counted: 4 frames on disk, 3 verified.
+#[test]
+fn the_failed_frame_is_named_and_counted() {
+    let (tmp, root) = case_copy("corrupt-tail");
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let s = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"].as_str().unwrap().contains("bitflip-middle-frame"))
+        .unwrap();
+    assert_eq!(
+        s["frames"].as_u64().unwrap(),
+        s["frames_ok"].as_u64().unwrap() + 1,
+        "{s}"
+    );
+    let f = &report["findings"][0];
+    assert_eq!(f["offset"], 1098);
+    assert!(f["detail"].as_str().unwrap().starts_with("frame "), "{f}");
+}
+
+/// Every session the oracle finds with a transcript loads, except those
+/// refused only for content (`allowed_refusals`, by id).
+fn assert_oracle_loads(root: &Path, allowed_refusals: &[&str]) -> Value {
+    let report = oracle::report(root);
+    assert_eq!(report["list"]["ok"], true, "list(): {}", report["list"]);
+    for s in report["sessions"].as_array().unwrap() {
+        if s["readRaw"]["ok"] != true || s["readRaw"]["absent"] == true {
+            // A directory left without a transcript: not a session.
+            assert!(s["listed"] != true, "{s}");
+            continue;
+        }
+        let id = s["id"].as_str().unwrap();
+        if allowed_refusals.contains(&id) {
+            continue;
+        }
+        assert_eq!(s["load"]["ok"], true, "load({id}): {}", s["load"]);
+    }
+    report
+}
+
+/// The original bytes of every file of `original_root`, by relative path.
+fn tree_bytes(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(root).unwrap().to_path_buf(),
+                    fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The manifest copies of a quarantine run hold the original bytes.
+fn assert_quarantine_holds(run: &Path, root: &Path, before: &BTreeMap<PathBuf, Vec<u8>>) {
+    let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();
+    let canon = fs::canonicalize(root).unwrap();
+    assert!(!manifest.is_empty());
+    for line in manifest.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let original = PathBuf::from(e["original"].as_str().unwrap());
+        let rel = original.strip_prefix(&canon).unwrap();
+        let copy = fs::read(e["copy"].as_str().unwrap()).unwrap();
+        assert_eq!(Some(&copy), before.get(rel), "{}", rel.display());
+    }
+}
+
+#[test]
+fn repair_damaged_cases_then_restore() {
+    for case in [
+        "torn",
+        "corrupt-header",
+        "corrupt-tail",
+        "flat",
+        "mismatch",
+        "duplicate",
+        "identity-moved",
+        "stray-files",
+    ] {
+        let (tmp, root) = case_copy(case);
+        let before = tree_bytes(&root);
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{case}: {report}");
+        assert_eq!(report["summary"]["problems_left"], 0, "{case}");
+        for f in report["findings"].as_array().unwrap() {
+            assert!(f["done"].is_string(), "{case}: {f}");
+        }
+        // A second scan finds nothing left.
+        let (code, again) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(
+            (code, again["findings"].as_array().unwrap().len()),
+            (0, 0),
+            "{case}: {again}"
+        );
+        let oracle_report = assert_oracle_loads(&root, &[]);
+        if case == "torn" {
+            // The committed prefix is kept byte for byte: the repaired file is
+            // the original's complete frames, decoded the same.
+            for f in report["findings"].as_array().unwrap() {
+                if f["kind"] != "torn_tail" {
+                    continue;
+                }
+                let p = PathBuf::from(f["path"].as_str().unwrap());
+                let rel = p.strip_prefix(&root).unwrap();
+                let at = f["offset"].as_u64().unwrap() as usize;
+                let now = fs::read(&p).unwrap();
+                assert!(
+                    now[..at] == before[rel][..at],
+                    "{}: the committed frames changed",
+                    rel.display()
+                );
+                let id = rel.parent().unwrap().file_name().unwrap().to_str().unwrap();
+                let s = oracle::oracle_session(&oracle_report, id);
+                assert_eq!(
+                    s["readRaw"]["content"].as_str().unwrap().as_bytes(),
+                    zstd_dc(&p)
+                );
+                // The torn frame's complete records are kept: the events
+                // stored are exactly those the reference recovers from the
+                // original (corpus: `stored`, torn frames included).
+                let expected: Value = serde_json::from_str(
+                    &fs::read_to_string(corpus_dir().join("torn/expected.json")).unwrap(),
+                )
+                .unwrap();
+                let want = expected["report"]["sessions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["id"] == id)
+                    .unwrap();
+                assert_eq!(
+                    s["stored"]["eventsSha256"], want["stored"]["eventsSha256"],
+                    "{id}"
+                );
+            }
+        }
+        let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+        assert!(run.starts_with(tmp.path()), "quarantine outside the root");
+        assert_quarantine_holds(&run, &root, &before);
+        // --restore puts every file back as it was.
+        let out = sessionfs(
+            tmp.path(),
+            &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+        );
+        assert!(
+            out.status.success(),
+            "{case}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let after = tree_bytes(&root);
+        assert_eq!(
+            before.keys().collect::<Vec<_>>(),
+            after.keys().collect::<Vec<_>>(),
+            "{case}: the files after --restore"
+        );
+        for (k, v) in &before {
+            assert!(
+                after[k] == *v,
+                "{case}: {} differs after --restore",
+                k.display()
+            );
+        }
+    }
+}
+
+// ---- Two histories ----
+
+/// The decoded lines of a transcript.
+fn lines_of(path: &Path) -> Vec<String> {
+    String::from_utf8(zstd_dc(path))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn frame(text: &str) -> Vec<u8> {
+    zstd::encode_all(text.as_bytes(), 3).unwrap()
+}
+
+/// `line` with its `seq` set to `seq` and its text made different.
+fn other_writer(line: &str, seq: u64) -> String {
+    let mut v: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+    v.insert("seq".into(), seq.into());
+    v.insert("time".into(), (v["time"].as_u64().unwrap() + 7).into());
+    serde_json::to_string(&v).unwrap()
+}
+
+fn joined(lines: &[String]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Checks a fork against what it must read as: the parent's events before
+/// `boundary`, a `session/end-seed` at `seq` = boundary, then `divergent`
+/// with `seq` renumbered from boundary + 1.
+fn assert_fork(
+    fork: &Path,
+    parent_id: &str,
+    parent: &[String],
+    boundary: u64,
+    divergent: &[String],
+) {
+    let got = lines_of(fork);
+    let h: Value = serde_json::from_str(&got[0]).unwrap();
+    assert_eq!(h["parentSession"], parent_id);
+    assert_eq!(h["seedLength"], boundary);
+    let seed: Vec<&String> = parent[1..]
+        .iter()
+        .filter(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+                < boundary
+        })
+        .collect();
+    for (i, l) in seed.iter().enumerate() {
+        assert_eq!(&got[1 + i], *l, "seed line {i}");
+    }
+    let end: Value = serde_json::from_str(&got[1 + seed.len()]).unwrap();
+    assert_eq!(
+        (end["type"].as_str(), end["seq"].as_u64()),
+        (Some("session/end-seed"), Some(boundary))
+    );
+    let rest = &got[2 + seed.len()..];
+    assert_eq!(rest.len(), divergent.len());
+    for (i, (g, d)) in rest.iter().zip(divergent).enumerate() {
+        let mut g: Value = serde_json::from_str(g).unwrap();
+        let mut d: Value = serde_json::from_str(d).unwrap();
+        assert_eq!(g["seq"], boundary + 1 + i as u64);
+        g["seq"] = Value::Null;
+        d["seq"] = Value::Null;
+        assert_eq!(g, d, "divergent event {i}");
+    }
+}
+
+fn fork_dirs(project: &Path, id: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(project)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{id}-fork-"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn duplicate_seq_by_two_writers_becomes_a_fork() {
+    let (tmp, root) = case_copy("unpacked");
+    let id = "clock-skew";
+    let path = root.join(APP).join(id).join("session.jsonl.zstd");
+    let original = lines_of(&path);
+    let n = original.len() - 1;
+    let k = n / 2;
+    // Writer A committed events 0..k; writer B, from an older tail, wrote
+    // k-3..k+3 again.
+    let a = joined(&original[..=k]);
+    let b: Vec<String> = (0..6)
+        .map(|i| other_writer(&original[k - 2 + i], (k - 3 + i) as u64))
+        .collect();
+    let mut bytes = frame(
+        &original[0..1]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    );
+    bytes.extend(frame(&a[original[0].len() + 1..]));
+    let committed = bytes.len();
+    bytes.extend(frame(&joined(&b)));
+    fs::write(&path, &bytes).unwrap();
+    let before = tree_bytes(&root);
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "seq_duplicate".into(),
+            format!("{APP}/{id}/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    // The transcript keeps writer A's committed frames byte for byte.
+    assert_eq!(fs::read(&path).unwrap(), bytes[..committed]);
+    let forks = fork_dirs(&root.join(APP), id);
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_fork(
+        &forks[0].join("session.jsonl.zstd"),
+        id,
+        &original[..=k],
+        (k - 3) as u64,
+        &b,
+    );
+    let fork_id = forks[0].file_name().unwrap().to_str().unwrap().to_string();
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    assert_eq!(oracle::oracle_session(&o, &fork_id)["load"]["ok"], true);
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();
+    let e: Value = serde_json::from_str(manifest.lines().next().unwrap()).unwrap();
+    assert_eq!(fs::read(e["copy"].as_str().unwrap()).unwrap(), bytes);
+    // --restore puts the original back and removes the fork.
+    let out = sessionfs(
+        tmp.path(),
+        &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+    );
+    assert!(out.status.success());
+    assert!(tree_bytes(&root) == before, "the root after --restore");
+}
+
+#[test]
+fn conflict_copies_become_forks() {
+    let (tmp, root) = case_copy("unpacked");
+    let mut expect = Vec::new();
+    for (id, name) in [
+        (
+            "clock-skew",
+            "session.sync-conflict-20260105-101010-ABCDEFG.jsonl.zstd",
+        ),
+        (
+            "Session-A",
+            "session.jsonl (alice's conflicted copy 2026-01-05).zstd",
+        ),
+    ] {
+        let dir = root.join(APP).join(id);
+        let original = lines_of(&dir.join("session.jsonl.zstd"));
+        let k = (original.len() - 1) / 2;
+        let divergent: Vec<String> = (0..5)
+            .map(|i| other_writer(&original[k + 1 + i], (k + i) as u64))
+            .collect();
+        let mut copy = original[..=k].to_vec();
+        copy.extend(divergent.iter().cloned());
+        let bytes = frame(&joined(&copy));
+        fs::write(dir.join(name), &bytes).unwrap();
+        expect.push((id, name, original, k, divergent, bytes));
+    }
+    let before = tree_bytes(&root);
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    for (id, name, ..) in &expect {
+        assert!(
+            got.contains(&("conflict_copy".into(), format!("{APP}/{id}/{name}"))),
+            "{got:?}"
+        );
+    }
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    for (id, name, original, k, divergent, bytes) in &expect {
+        let dir = root.join(APP).join(id);
+        assert!(!dir.join(name).exists());
+        let forks = fork_dirs(&root.join(APP), id);
+        assert_eq!(forks.len(), 1, "{forks:?}");
+        assert_fork(
+            &forks[0].join("session.jsonl.zstd"),
+            id,
+            original,
+            *k as u64,
+            divergent,
+        );
+        let fork_id = forks[0].file_name().unwrap().to_str().unwrap();
+        assert_eq!(oracle::oracle_session(&o, fork_id)["load"]["ok"], true);
+        let _ = bytes;
+    }
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();
+    for line in manifest.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let copy = fs::read(e["copy"].as_str().unwrap()).unwrap();
+        assert!(
+            expect.iter().any(|x| x.5 == copy),
+            "the copy's original bytes are kept"
+        );
+    }
+    // --restore puts the copies back and removes the forks made from them.
+    let out = sessionfs(
+        tmp.path(),
+        &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(tree_bytes(&root) == before, "the root after --restore");
+}
+
+// ---- Output ----
+
+#[test]
+fn json_report_follows_its_schema() {
+    let schema: Value = serde_json::from_str(
+        &fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/doctor-report.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for case in ["normal", "torn", "stray-files", "duplicate"] {
+        let (tmp, root) = case_copy(case);
+        for extra in [&[][..], &["--repair"][..]] {
+            let (_, report) = doctor_json(tmp.path(), &root, extra);
+            let errors: Vec<String> = validator
+                .iter_errors(&report)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{case} {extra:?}: {errors:?}");
+        }
+    }
+    // A report that breaks the schema is refused (the check can fail).
+    let mut bad = doctor_json(
+        tempfile::tempdir().unwrap().path(),
+        &case_copy("torn").1,
+        &[],
+    )
+    .1;
+    bad["findings"][0]["kind"] = "no_such_kind".into();
+    assert!(!validator.is_valid(&bad));
+}
+
+#[test]
+fn text_output_shows_problems_and_a_summary() {
+    let (tmp, root) = case_copy("torn");
+    let out = sessionfs(tmp.path(), &["doctor".as_ref(), root.as_os_str()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text.lines().any(|l| l.starts_with("ok\t")), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("PROBLEM\t")).count(),
+        5,
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "6 sessions scanned: 1 clean, 0 repaired, 0 set aside, 5 problems left; 83151 bytes\n"
+        ),
+        "{text}"
+    );
+    let out = sessionfs(
+        tmp.path(),
+        &["doctor".as_ref(), "--verbose".as_ref(), root.as_os_str()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok\t")).count(),
+        1,
+        "{text}"
+    );
+    // No progress bar when piped.
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("scanning"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn progress_bar_on_a_terminal_only() {
+    let (tmp, root) = case_copy("normal");
+    // `script` runs the doctor under a pseudo-terminal.
+    let cmd = format!(
+        "SESSIONFS_PROGRESS_AFTER_MS=0 XDG_STATE_HOME={} {} doctor {} >/dev/null",
+        tmp.path().display(),
+        bin(),
+        root.display()
+    );
+    let out = Command::new("timeout")
+        .args(["-k", "5", "60", "script", "-qec", &cmd, "/dev/null"])
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        seen.contains("scanning") && seen.contains("/23 sessions"),
+        "{seen:?}"
+    );
+    let out = Command::new(bin())
+        .args(["doctor".as_ref(), root.as_os_str()])
+        .env("SESSIONFS_PROGRESS_AFTER_MS", "0")
+        .env("XDG_STATE_HOME", tmp.path())
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("scanning"));
+}
+
+/// `sessionfs cat` of a transcript with a corrupt middle frame prints the
+/// readable frames (what `zstd -dc` prints before it fails), then fails.
+#[test]
+fn cat_prints_the_readable_frames_then_fails() {
+    let root = corpus_dir().join("corrupt-tail/root");
+    let file = root.join(format!("{APP}/bitflip-middle-frame/session.jsonl.zstd"));
+    let out = Command::new(bin())
+        .args([
+            "cat".as_ref(),
+            root.as_os_str(),
+            "bitflip-middle-frame".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let z = Command::new("zstd").arg("-dc").arg(&file).output().unwrap();
+    assert!(!z.status.success());
+    assert!(!out.stdout.is_empty());
+    assert_eq!(out.stdout, z.stdout);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("byte 1098"));
+}
+
+/// `check` reports each problem once: a mismatched transcript is one
+/// `PROBLEM` entry (never `ok` first), a duplicate id one entry.
+#[test]
+fn check_reports_each_problem_once() {
+    for (case, name) in [("mismatch", "raw-session"), ("duplicate", "dup-id")] {
+        let out = Command::new(bin())
+            .args([
+                "check".as_ref(),
+                corpus_dir().join(case).join("root").as_os_str(),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        let about: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('\t') && l.contains(&format!("/{name}/")))
+            .collect();
+        assert!(
+            about.iter().filter(|l| l.starts_with("PROBLEM")).count() == 1,
+            "{case}: {text}"
+        );
+        assert!(
+            !about.iter().any(|l| l.starts_with("ok")) || case == "duplicate",
+            "{case}: {text}"
+        );
+    }
+}
+
+/// Two writers interleaved their events after a common prefix: the
+/// transcript keeps the first writer's history (its committed frames byte
+/// for byte, its later lines after them), the other becomes a fork.
+#[test]
+fn interleaved_writers_are_split_into_two_histories() {
+    let (tmp, root) = case_copy("unpacked");
+    let id = "Session-A";
+    let path = root.join(APP).join(id).join("session.jsonl.zstd");
+    let original = lines_of(&path);
+    let n = original.len() - 1;
+    let k = n / 2;
+    // A: events 0..=k committed, then k+1..k+4 interleaved with B's k-2..k+1.
+    let b: Vec<String> = (0..4)
+        .map(|i| other_writer(&original[k - 1 + i], (k - 2 + i) as u64))
+        .collect();
+    let mut mixed = String::new();
+    for i in 0..4 {
+        mixed.push_str(&format!("{}\n{}\n", b[i], original[k + 1 + i]));
+    }
+    let mut bytes = frame(&joined(&original[..1]));
+    bytes.extend(frame(&joined(&original[1..=k])));
+    let committed = bytes.len();
+    bytes.extend(frame(&mixed));
+    fs::write(&path, &bytes).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "interleaved_writers".into(),
+            format!("{APP}/{id}/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let now = fs::read(&path).unwrap();
+    assert_eq!(
+        now[..committed],
+        bytes[..committed],
+        "the committed frames are kept byte for byte"
+    );
+    assert_eq!(
+        lines_of(&path),
+        original[..=k + 4].to_vec(),
+        "the first writer's history"
+    );
+    let forks = fork_dirs(&root.join(APP), id);
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_fork(
+        &forks[0].join("session.jsonl.zstd"),
+        id,
+        &original[..=k],
+        (k - 2) as u64,
+        &b,
+    );
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    let fork_id = forks[0].file_name().unwrap().to_str().unwrap();
+    assert_eq!(oracle::oracle_session(&o, fork_id)["load"]["ok"], true);
+    assert_eq!(oracle::oracle_session(&o, id)["load"]["ok"], true);
+}
+
+/// A `.sessionfs.lock` older than its lease is reported (never removed by
+/// --repair: the shared-root protocol's takeover owns that); a fresh one is not.
+#[test]
+fn a_stale_lock_file_is_reported() {
+    let (tmp, root) = case_copy("corrupt-header");
+    let dir = root.join(APP).join("valid-neighbour");
+    fs::write(dir.join(".sessionfs.lock"), br#"{"v":1,"lease_ms":15000}"#).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert!(
+        !findings(&report, &root)
+            .iter()
+            .any(|(k, _)| k == "stale_lock"),
+        "{report}"
+    );
+    assert_eq!(code, 1);
+    common::sh_ok(
+        "touch -d '-1 hour' \"$1\"",
+        [dir.join(".sessionfs.lock").as_os_str()],
+    );
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "stale_lock".into(),
+            format!("{APP}/valid-neighbour/.sessionfs.lock")
+        )),
+        "{got:?}"
+    );
+    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert!(dir.join(".sessionfs.lock").exists());
+    assert!(findings(&report, &root)
+        .iter()
+        .any(|(k, _)| k == "stale_lock"));
+}
+
+/// The commit protocol's other files (a waiter's marker, a takeover claim,
+/// a breaker's temporary: `.sessionfs.lock*`, src/store/lease.rs) are left
+/// to the protocol: no finding, even an hour old, and --repair keeps them.
+#[test]
+fn the_lock_protocols_other_files_are_left_alone() {
+    let (tmp, root) = case_copy("corrupt-header");
+    let dir = root.join(APP).join("valid-neighbour");
+    let names = [
+        ".sessionfs.lock.wait",
+        ".sessionfs.lock.break.0123456789abcdef.0",
+        ".sessionfs.lock.0123456789abcdef.tmp",
+    ];
+    for n in names {
+        fs::write(dir.join(n), b"").unwrap();
+        common::sh_ok("touch -d '-1 hour' \"$1\"", [dir.join(n).as_os_str()]);
+    }
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        !got.iter().any(|(_, p)| p.contains(".sessionfs.lock")),
+        "{got:?}"
+    );
+    doctor_json(tmp.path(), &root, &["--repair"]);
+    for n in names {
+        assert!(dir.join(n).exists(), "{n} was moved");
+    }
+}
+
+/// A log re-encoded as one frame (header and events together): reported at
+/// byte 0, re-framed by --repair with the same decoded bytes; the reference
+/// then lists the root and loads the session.
+#[test]
+fn a_header_frame_holding_events_is_reframed() {
+    let (tmp, root) = case_copy("normal");
+    let path = root.join(format!("{APP}/clock-skew/session.jsonl.zstd"));
+    let text = zstd_dc(&path);
+    fs::write(&path, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "header_frame_holds_events".into(),
+            format!("{APP}/clock-skew/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}"); // and the Windows cwd's refusal
+    let (code, _) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0);
+    assert_eq!(zstd_dc(&path), text, "the same decoded bytes");
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    assert_eq!(oracle::oracle_session(&o, "clock-skew")["load"]["ok"], true);
+}
+
+/// A session directory renamed away from its header's id is moved back
+/// where the header says when that place is free; a transcript given alone
+/// is scanned alone.
+#[test]
+fn a_renamed_session_directory_is_moved_back() {
+    let (tmp, root) = case_copy("normal");
+    let app = root.join(APP);
+    fs::rename(app.join("clock-skew"), app.join("clock-skew-old")).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let got = findings(&report, &root);
+    assert!(
+        got.contains(&(
+            "misplaced".into(),
+            format!("{APP}/clock-skew-old/session.jsonl.zstd")
+        )),
+        "{got:?}"
+    );
+    let (code, _) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0);
+    assert!(app.join("clock-skew/session.jsonl.zstd").is_file());
+    assert!(!app.join("clock-skew-old").exists());
+    let (code, one) = doctor_json(tmp.path(), &app.join("clock-skew/session.jsonl.zstd"), &[]);
+    assert_eq!(
+        (code, one["sessions"].as_array().unwrap().len()),
+        (0, 1),
+        "{one}"
+    );
+    assert_eq!(one["sessions"][0]["status"], "clean");
+}
