@@ -4,7 +4,8 @@
 # - the tools the tests compare against or drive: zstd, python3, fuse3
 #   (fusermount3), npm (the reference oracle), rsync (rsync --append),
 #   systemd (systemd-analyze verify of contrib/'s units), util-linux
-#   (mount(8), setpriv);
+#   (mount(8), setpriv), python3-venv (scripts/bench.py installs ratarmount
+#   from PyPI into a venv);
 # - the shared-root network tests (tests/shared_root_net.rs): an SSH server
 #   and sshfs (two sshfs clients of one loopback sshd), Samba and smbnetfs
 #   (the second client kind), rclone (probed: refused read-only, see
@@ -22,6 +23,7 @@ set -euo pipefail
 need=()
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
