@@ -26,6 +26,10 @@
 #        BENCH_ONLY=append scripts/bench.sh    # P7 only
 #        BENCH_ONLY=views scripts/bench.sh     # P9 only
 #        BENCH_ONLY=scale scripts/bench.sh     # issue 11 only
+#        BENCH_ONLY=read scripts/bench.sh      # bench.py only (P1-P4, P6, P8)
+#
+# P1 also mounts the large transcript with ratarmount, installed from PyPI
+# into a venv under $BENCH_DIR (needs python3-venv; see bench.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -34,7 +38,7 @@ cargo build --release --bin sessionfs --example gen_store --example gen_views_st
 
 work=${BENCH_DIR:-$(mktemp -d)}
 cleanup() {
-  for m in "$work"/mnt* "$work"/smnt* "$work"/append/mnt* "$work"/mnt-views*; do
+  for m in "$work"/mnt* "$work"/smnt* "$work"/append/mnt* "$work"/mnt-views* "$work"/rmnt*; do
     grep -qs " $m " /proc/self/mounts && timeout 10 umount -l "$m" || true
   done
   if [ -z "${BENCH_DIR:-}" ]; then rm -rf "$work"; fi
@@ -60,7 +64,7 @@ if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = scale ]; then
   python3 scripts/bench_scale.py target/release/sessionfs "$work"
   [ "${BENCH_ONLY:-}" = scale ] && exit 0
 fi
-if [ -z "${BENCH_ONLY:-}" ]; then
+if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = read ]; then
   [ -d "$work/big" ] || target/release/examples/gen_store big "$work/big" "$mb" "$frames"
   [ -d "$work/many" ] || target/release/examples/gen_store many "$work/many" "$sessions"
   python3 scripts/bench.py target/release/sessionfs "$work"
@@ -81,6 +85,7 @@ if [ -z "${BENCH_ONLY:-}" ]; then
   awk -v d="$d" -v z="$z" -v n="$n" 'BEGIN {
     printf "%-52s %9.1fms %9.1fms %8.2fx  zstd -tq over the same files; target <= 3x\n",
       "D1 doctor scan of " n " sessions", d, z, (z > 0 ? d / z : 0) }'
+  [ "${BENCH_ONLY:-}" = read ] && exit 0
 fi
 
 oracle=${SESSIONFS_ORACLE_DIR:-${TMPDIR:-/tmp}/sessionfs-oracle}

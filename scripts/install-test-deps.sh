@@ -5,7 +5,8 @@
 #   (fusermount3), npm (the reference oracle), rsync (rsync --append),
 #   systemd (systemd-analyze verify of contrib/'s units), util-linux
 #   (mount(8), setpriv), bsdutils (script(1): the doctor's progress bar
-#   under a pseudo-terminal);
+#   under a pseudo-terminal), python3-venv (scripts/bench.py installs
+#   ratarmount from PyPI into a venv);
 # - the shared-root network tests (tests/shared_root_net.rs): an SSH server
 #   and sshfs (two sshfs clients of one loopback sshd), Samba and smbnetfs
 #   (the second client kind), rclone (probed: refused read-only, see
@@ -23,6 +24,7 @@ set -euo pipefail
 need=()
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)

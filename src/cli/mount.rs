@@ -44,7 +44,7 @@ pub(super) struct MountArgs {
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds)]
     pub(super) attr_timeout: Duration,
     /// Cap of the decoded-frame cache, in bytes (suffixes K, M, G, KiB,
-    /// MiB, GiB allowed; 1024-based) [default: 16 MiB].
+    /// MiB, GiB allowed; 1024-based) [default: 8 MiB].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub(super) cache_size: Option<u64>,
     /// Budget of the bytes all writers may hold uncommitted (incomplete

@@ -151,13 +151,16 @@ fn raise_fd_limit() {
 /// The caches bound what is held. At most two malloc arenas: glibc
 /// reserves 64 MiB of address space for each thread's arena, which under an
 /// address-space limit (`RLIMIT_AS` of 256 MiB) left no room for the
-/// request buffers, and the daemon aborted at start.
+/// request buffers, and the daemon aborted at start. Allocations above
+/// 16 MiB are mapped on their own: fuser's request buffers (16 MiB + 4 KiB
+/// per thread, zeroed) then start as untouched zero pages, where carved
+/// from freed heap memory `calloc` cleared, so made resident, all of them.
 fn keep_freed_memory() {
     // SAFETY: mallopt only tunes glibc's allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_TRIM_THRESHOLD, super::budget::KEEP_FREED_BYTES);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 16 << 20);
     }
 }
 

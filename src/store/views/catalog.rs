@@ -21,6 +21,7 @@
 //! 11), once it serves them, gives this catalog its project listings and
 //! stamps, and the per-session facts stay here.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use jiff::tz::TimeZone;
 use parking_lot::Mutex;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::facts::{scan_title, ViewFacts};
 use super::names::fnv1a;
@@ -385,46 +386,145 @@ fn name_str(name: &OsStr) -> Option<&str> {
     name.to_str()
 }
 
-/// Writes the catalog (temporary file + rename). Projects and sessions
-/// whose names are not UTF-8 are not persisted (they are read again).
-/// Failures are logged at debug level: this is only a cache.
-fn save(path: &Path, projects: &BTreeMap<OsString, Project>) {
-    let mut out = Vec::new();
-    for (name, p) in projects {
-        let Some(name) = name_str(name) else { continue };
-        let mut sessions = Vec::new();
-        for (session, slot) in &p.sessions {
-            let Some(session) = name_str(session) else {
-                continue;
-            };
-            sessions.push(match slot {
-                Slot::Empty => json!({"name": session}),
-                Slot::Seen {
-                    dev,
-                    ino,
-                    len,
-                    facts,
-                    settled,
-                } => json!({
-                    "name": session, "dev": dev, "ino": ino, "len": len, "settled": settled,
-                    "facts": facts.as_ref().map(|f| json!({
-                        "id": f.id, "cwd": f.cwd, "createdAt": f.created_at_ms, "title": f.title,
-                    })),
-                }),
-            });
+/// The persisted catalog, as written and read: typed, so that writing
+/// streams it and reading holds the file and the catalog, never a
+/// `serde_json::Value` tree of it (about ten times the file's size for
+/// 20,000 sessions, issue 11).
+#[derive(Serialize, Deserialize)]
+struct PersistedDoc<'a> {
+    version: u64,
+    #[serde(borrow)]
+    projects: Vec<PersistedProject<'a>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PersistedProject<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    /// `[ino, mtime s, mtime ns, ctime s, ctime ns]`.
+    stamp: Option<(u64, i64, i64, i64, i64)>,
+    #[serde(borrow)]
+    sessions: Vec<PersistedSession<'a>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PersistedSession<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dev: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ino: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    len: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    settled: Option<bool>,
+    /// Absent for an empty slot; `null` for a refused session.
+    #[serde(
+        default,
+        borrow,
+        skip_serializing_if = "Option::is_none",
+        with = "nullable"
+    )]
+    facts: Option<Option<PersistedFacts<'a>>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PersistedFacts<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    cwd: Option<Cow<'a, str>>,
+    #[serde(rename = "createdAt")]
+    created_at: u64,
+    #[serde(borrow)]
+    title: Cow<'a, str>,
+}
+
+/// `Option<Option<T>>` as a field that is absent (`None`), `null`
+/// (`Some(None)`) or a value.
+mod nullable {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(
+        v: &Option<Option<T>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
         }
-        let stamp = p
-            .stamp
-            .map(|s| json!([s.ino, s.mtime.0, s.mtime.1, s.ctime.0, s.ctime.1]));
-        out.push(json!({"name": name, "stamp": stamp, "sessions": sessions}));
     }
-    let doc = json!({"version": PERSIST_VERSION, "projects": out});
+
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<T>>, D::Error> {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+/// Writes the catalog (temporary file + rename), streamed. Projects and
+/// sessions whose names are not UTF-8 are not persisted (they are read
+/// again). Failures are logged at debug level: this is only a cache.
+fn save(path: &Path, projects: &BTreeMap<OsString, Project>) {
+    let doc = PersistedDoc {
+        version: PERSIST_VERSION,
+        projects: projects
+            .iter()
+            .filter_map(|(name, p)| {
+                Some(PersistedProject {
+                    name: Cow::Borrowed(name_str(name)?),
+                    stamp: p
+                        .stamp
+                        .map(|s| (s.ino, s.mtime.0, s.mtime.1, s.ctime.0, s.ctime.1)),
+                    sessions: p
+                        .sessions
+                        .iter()
+                        .filter_map(|(session, slot)| {
+                            let name = Cow::Borrowed(name_str(session)?);
+                            Some(match slot {
+                                Slot::Empty => PersistedSession {
+                                    name,
+                                    dev: None,
+                                    ino: None,
+                                    len: None,
+                                    settled: None,
+                                    facts: None,
+                                },
+                                Slot::Seen {
+                                    dev,
+                                    ino,
+                                    len,
+                                    facts,
+                                    settled,
+                                } => PersistedSession {
+                                    name,
+                                    dev: Some(*dev),
+                                    ino: Some(*ino),
+                                    len: Some(*len),
+                                    settled: Some(*settled),
+                                    facts: Some(facts.as_ref().map(|f| PersistedFacts {
+                                        id: Cow::Borrowed(&f.id),
+                                        cwd: f.cwd.as_deref().map(Cow::Borrowed),
+                                        created_at: f.created_at_ms,
+                                        title: Cow::Borrowed(&f.title),
+                                    })),
+                                },
+                            })
+                        })
+                        .collect(),
+                })
+            })
+            .collect(),
+    };
     let result = (|| -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
         }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        fs::write(&tmp, serde_json::to_vec(&doc)?)?;
+        let mut out = std::io::BufWriter::new(fs::File::create(&tmp)?);
+        serde_json::to_writer(&mut out, &doc)?;
+        out.into_inner().map_err(|e| e.into_error())?;
         fs::rename(&tmp, path)
     })();
     if let Err(e) = result {
@@ -438,57 +538,42 @@ fn save(path: &Path, projects: &BTreeMap<OsString, Project>) {
 /// Loads a persisted catalog; anything unreadable gives an empty one
 /// (every session is read again).
 fn load(path: &Path) -> BTreeMap<OsString, Project> {
-    let doc: Value = match fs::read(path).map(|b| serde_json::from_slice(&b)) {
-        Ok(Ok(doc)) => doc,
-        _ => return BTreeMap::new(),
+    let Ok(bytes) = fs::read(path) else {
+        return BTreeMap::new();
     };
-    if doc.get("version").and_then(Value::as_u64) != Some(PERSIST_VERSION) {
+    let doc: PersistedDoc = match serde_json::from_slice(&bytes) {
+        Ok(doc) => doc,
+        Err(_) => return BTreeMap::new(),
+    };
+    if doc.version != PERSIST_VERSION {
         return BTreeMap::new();
     }
     let mut projects = BTreeMap::new();
-    for p in doc
-        .get("projects")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(name) = p.get("name").and_then(Value::as_str) else {
-            continue;
-        };
-        let stamp = p.get("stamp").and_then(Value::as_array).and_then(|a| {
-            let n = |i: usize| a.get(i).and_then(Value::as_i64);
-            Some(Stamp {
-                ino: a.first()?.as_u64()?,
-                mtime: (n(1)?, n(2)?),
-                ctime: (n(3)?, n(4)?),
-            })
+    for p in doc.projects {
+        let name: &str = &p.name;
+        let stamp = p.stamp.map(|(ino, ms, mns, cs, cns)| Stamp {
+            ino,
+            mtime: (ms, mns),
+            ctime: (cs, cns),
         });
         let mut sessions = BTreeMap::new();
-        for s in p
-            .get("sessions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let Some(session) = s.get("name").and_then(Value::as_str) else {
-                continue;
-            };
-            let u = |k: &str| s.get(k).and_then(Value::as_u64);
-            let slot = match (u("dev"), u("ino"), u("len")) {
+        for s in p.sessions {
+            let session: &str = &s.name;
+            let slot = match (s.dev, s.ino, s.len) {
                 (Some(dev), Some(ino), Some(len)) => Slot::Seen {
                     dev,
                     ino,
                     len,
-                    settled: s.get("settled").and_then(Value::as_bool).unwrap_or(false),
-                    facts: s.get("facts").and_then(|f| {
-                        Some(Arc::new(ViewFacts {
+                    settled: s.settled.unwrap_or(false),
+                    facts: s.facts.flatten().map(|f| {
+                        Arc::new(ViewFacts {
                             project: name.into(),
                             session: session.into(),
-                            id: f.get("id")?.as_str()?.to_string(),
-                            cwd: f.get("cwd").and_then(Value::as_str).map(String::from),
-                            created_at_ms: f.get("createdAt")?.as_u64()?,
-                            title: f.get("title")?.as_str()?.to_string(),
-                        }))
+                            id: f.id.into_owned(),
+                            cwd: f.cwd.map(Cow::into_owned),
+                            created_at_ms: f.created_at,
+                            title: f.title.into_owned(),
+                        })
                     }),
                 },
                 _ => Slot::Empty,
