@@ -203,6 +203,58 @@ fn a_stacked_mount_is_refused() {
     assert!(first.wait(EXIT_LIMIT).is_some_and(|s| s.success()));
 }
 
+/// Resumes a stopped daemon on every path, panics included.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a pid this test spawned and a valid signal.
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
+}
+
+/// A mount over a live mount whose daemon does not answer (stopped with
+/// SIGSTOP) is refused within a bounded time, naming the cause, instead of
+/// hanging in the kernel; the stopped mount serves again once resumed.
+#[test]
+fn a_mount_over_a_stopped_daemon_is_refused_in_bounded_time() {
+    let root = corpus_copy("normal");
+    let mnt_dir = mount_point();
+    let mnt = canon(mnt_dir.path());
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("mount"),
+        root.path().as_os_str(),
+        mnt.as_os_str(),
+    ];
+    let mut first = Daemon::spawn(&args, &mnt, &[]);
+    first.wait_mounted(Duration::from_secs(20));
+    first.signal(libc::SIGSTOP);
+    let resume = Resume(first.pid());
+
+    let mut second = Daemon::spawn(&args, &mnt, &[]);
+    let status = second.wait(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.code() == Some(1)),
+        "the mount over a stopped daemon did not end with a refusal ({status:?}); log:\n{}",
+        second.log()
+    );
+    assert!(
+        second.log().contains("does not answer"),
+        "no reason given:\n{}",
+        second.log()
+    );
+    second.disown_mount_point();
+    drop(second);
+
+    drop(resume);
+    assert!(
+        wait_until(Duration::from_secs(10), || serves(&mnt)),
+        "the resumed mount does not serve"
+    );
+    umount(&mnt);
+    assert!(first.wait(EXIT_LIMIT).is_some_and(|s| s.success()));
+}
+
 /// Cleans up a mount point whose daemons the test does not own (helper
 /// form) on every path, panics included.
 struct Daemonless<'a>(&'a Path);

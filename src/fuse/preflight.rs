@@ -101,8 +101,17 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
     let shown = mountpoint.display();
     let top = mount_table::top_at(mountpoint);
     // Listing needs a live daemon; a stat may come from the kernel's
-    // attribute cache of a dead mount.
-    let probe = std::fs::read_dir(mountpoint).and_then(|_| std::fs::metadata(mountpoint));
+    // attribute cache of a dead mount. A daemon that is alive but does not
+    // answer (stopped, hung) would block the probe for as long as it does:
+    // the probe runs on a thread of its own and is given up after
+    // PROBE_TIMEOUT (the thread is killable and ends with the process).
+    let Some(probe) = probe_with_timeout(mountpoint, PROBE_TIMEOUT) else {
+        return Err(format!(
+            "mount point {shown} is a mount whose daemon does not answer (stopped or hung) \
+             within {PROBE_TIMEOUT:?}; unmount it with `umount -l {shown}` (or \
+             `fusermount3 -u -z {shown}`), or resume that daemon, and retry"
+        ));
+    };
     match probe {
         Ok(_) if top.as_ref().is_some_and(|m| m.is_sessionfs()) => {
             let top = top.unwrap_or_else(|| unreachable!());
@@ -114,10 +123,10 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
         }
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(format!("mount point {shown} is not a directory")),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            log::warn!(
-                "mount point {shown} was left behind by a dead daemon (ENOTCONN); detaching it"
-            );
+        // ECONNABORTED: the connection was aborted, or its daemon died
+        // while a request was under way.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+            log::warn!("mount point {shown} was left behind by a dead daemon ({e}); detaching it");
             let detached = match top {
                 Some(top) => {
                     mount_table::top_at(mountpoint).is_some_and(|now| now.id == top.id)
@@ -137,6 +146,31 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
         Err(e) => Err(format!(
             "mount point {shown}: {e}; create the directory (mkdir -p) or pick another"
         )),
+    }
+}
+
+/// How long the mount point probe waits for a daemon already mounted
+/// there to answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Lists and stats `mountpoint` on a thread of its own; `None` when that
+/// takes longer than `timeout` (a mount whose daemon does not answer).
+fn probe_with_timeout(
+    mountpoint: &Path,
+    timeout: std::time::Duration,
+) -> Option<std::io::Result<std::fs::Metadata>> {
+    let probe = |path: &Path| std::fs::read_dir(path).and_then(|_| std::fs::metadata(path));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = mountpoint.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("sessionfs-probe".into())
+        .spawn(move || {
+            let _ = tx.send(probe(&path));
+        });
+    match spawned {
+        Ok(_) => rx.recv_timeout(timeout).ok(),
+        // No thread to spare: probe here, without the bound.
+        Err(_) => Some(probe(mountpoint)),
     }
 }
 
