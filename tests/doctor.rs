@@ -359,6 +359,69 @@ fn repair_damaged_cases_then_restore() {
     }
 }
 
+/// `--restore` never loses bytes written after the repair: a repaired
+/// transcript that grew since is copied into the run folder before the
+/// original bytes replace it, and a second `--restore` changes nothing.
+#[test]
+fn restore_keeps_lines_appended_after_the_repair() {
+    let (tmp, root) = case_copy("torn");
+    let before = tree_bytes(&root);
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let torn = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "torn_tail")
+        .expect("a torn tail in the torn case");
+    let path = PathBuf::from(torn["path"].as_str().unwrap());
+    let rel = path.strip_prefix(&root).unwrap().to_path_buf();
+    // A writer appends after the repair.
+    let mut grown = fs::read(&path).unwrap();
+    grown.extend(frame(
+        "{\"type\":\"x-note\",\"note\":\"written after the repair\"}\n",
+    ));
+    fs::write(&path, &grown).unwrap();
+
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    let restore = || {
+        sessionfs(
+            tmp.path(),
+            &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+        )
+    };
+    let out = restore();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("kept in"),
+        "the report names the copy: {text}"
+    );
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        before[&rel],
+        "the original is back"
+    );
+    let kept: Vec<Vec<u8>> = fs::read_dir(run.join("replaced-by-restore"))
+        .unwrap()
+        .map(|e| fs::read(e.unwrap().path()).unwrap_or_default())
+        .collect();
+    assert!(kept.contains(&grown), "the grown file's bytes are kept");
+
+    // Again: nothing to replace, nothing lost.
+    let out = restore();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(fs::read(&path).unwrap(), before[&rel]);
+    let n = fs::read_dir(run.join("replaced-by-restore"))
+        .unwrap()
+        .count();
+    assert_eq!(n, kept.len(), "a second restore set nothing more aside");
+}
+
 // ---- Two histories ----
 
 /// The decoded lines of a transcript.

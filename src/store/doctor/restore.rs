@@ -2,6 +2,11 @@
 //! per change) and `sessionfs doctor --restore RUN`, which puts a run's
 //! files back where they were when those places are free (or, for a
 //! rewritten transcript, replaces the rewrite with the original).
+//!
+//! Nothing is lost by a restore: a file it replaces whose bytes differ
+//! from the original (lines appended after the repair) and a fork
+//! directory it removes are first copied into the run folder, under
+//! [`SET_ASIDE`], and the report names the copy.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -11,6 +16,10 @@ use serde::{Deserialize, Serialize};
 
 /// The manifest's file name in a quarantine run folder.
 pub const MANIFEST: &str = "doctor-manifest.jsonl";
+
+/// The folder of a run where `--restore` keeps what it replaces or
+/// removes.
+pub const SET_ASIDE: &str = "replaced-by-restore";
 
 /// One change of a repair run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,7 +89,7 @@ pub fn restore(run: &Path) -> std::io::Result<Vec<Restored>> {
     let mut out = Vec::new();
     for e in entries.iter().rev() {
         let path = PathBuf::from(&e.original);
-        let outcome = restore_one(e);
+        let outcome = restore_one(run, e);
         out.push(Restored { path, outcome });
     }
     Ok(out)
@@ -109,29 +118,108 @@ fn put(copy: &Path, dest: &Path, replace: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-fn restore_one(e: &Entry) -> Result<String, String> {
+/// Copies `what` (a file, or a directory with what it holds) into the
+/// run's [`SET_ASIDE`] folder under a new name; returns the copy's path.
+/// The walk uses an explicit stack (no recursion) and does not follow
+/// symbolic links.
+fn set_aside(run: &Path, what: &Path) -> std::io::Result<PathBuf> {
+    let dir = run.join(SET_ASIDE);
+    fs::create_dir_all(&dir)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = what
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let top = dir.join(format!("{stamp}-{name}"));
+    let mut stack = vec![(what.to_path_buf(), top.clone())];
+    while let Some((from, to)) = stack.pop() {
+        let meta = fs::symlink_metadata(&from)?;
+        if meta.is_dir() {
+            fs::create_dir_all(&to)?;
+            for entry in fs::read_dir(&from)? {
+                let entry = entry?;
+                stack.push((entry.path(), to.join(entry.file_name())));
+            }
+        } else if meta.is_file() {
+            fs::copy(&from, &to)?;
+            File::open(&to)?.sync_all()?;
+        }
+    }
+    super::super::publish::sync_dir(&dir).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(top)
+}
+
+/// Removes a fork directory the repair made, after setting it aside (a
+/// fork may have been appended to since); returns where it was put.
+fn remove_fork(run: &Path, created: &str) -> std::io::Result<PathBuf> {
+    let c = Path::new(created);
+    let dir = c.parent().unwrap_or(c);
+    let kept = set_aside(run, dir)?;
+    fs::remove_dir_all(dir)?;
+    Ok(kept)
+}
+
+/// Whether the file at `a` exists and holds the bytes of the file at `b`.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    match (fs::read(a), fs::read(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+fn restore_one(run: &Path, e: &Entry) -> Result<String, String> {
     let copy = Path::new(&e.copy);
     let original = Path::new(&e.original);
     let err = |x: std::io::Error| x.to_string();
+    let fork_note = |created: &Option<String>| -> Result<String, String> {
+        match created {
+            Some(c) if Path::new(c).exists() => remove_fork(run, c)
+                .map(|kept| {
+                    format!(
+                        "; the fork it made was removed (kept in {})",
+                        kept.display()
+                    )
+                })
+                .map_err(err),
+            _ => Ok(String::new()),
+        }
+    };
     match e.action.as_str() {
         "moved" => {
+            if same_bytes(original, copy) {
+                return Ok("already put back".into());
+            }
             if original.exists() {
                 return Err("the place is taken".into());
             }
             put(copy, original, false).map_err(err)?;
-            if let Some(c) = &e.created {
-                // A fork made from this file (a conflict copy): it goes.
-                let _ = fs::remove_dir_all(Path::new(c).parent().unwrap_or(Path::new(c)));
-            }
-            Ok("put back".into())
+            // A fork made from this file (a conflict copy): it goes.
+            Ok(format!("put back{}", fork_note(&e.created)?))
         }
         "rewritten" => {
-            put(copy, original, true).map_err(err)?;
-            if let Some(c) = &e.created {
-                // A fork made by this repair: its directory goes too.
-                let _ = fs::remove_dir_all(Path::new(c).parent().unwrap_or(Path::new(c)));
+            let original_bytes = fs::read(copy).map_err(err)?;
+            let current = fs::read(original).ok();
+            if current.as_deref() == Some(&original_bytes[..]) {
+                return Ok(format!(
+                    "already the original bytes{}",
+                    fork_note(&e.created)?
+                ));
             }
-            Ok("the original bytes replace the repaired file".into())
+            // The file may have grown since the repair: its bytes are kept.
+            let kept = match current {
+                Some(_) => Some(set_aside(run, original).map_err(err)?),
+                None => None,
+            };
+            put(copy, original, true).map_err(err)?;
+            Ok(format!(
+                "the original bytes replace the repaired file{}{}",
+                kept.map(|k| format!(" (the bytes it held are kept in {})", k.display()))
+                    .unwrap_or_default(),
+                // A fork made by this repair: its directory goes too.
+                fork_note(&e.created)?
+            ))
         }
         "relocated" => {
             let created = Path::new(e.created.as_deref().unwrap_or(""));
@@ -145,14 +233,22 @@ fn restore_one(e: &Entry) -> Result<String, String> {
             Ok("moved back".into())
         }
         "converted" => {
+            if same_bytes(original, copy) {
+                return Ok("already put back in its encoding".into());
+            }
             if original.exists() {
                 return Err("the place is taken".into());
             }
             put(copy, original, false).map_err(err)?;
+            let mut note = String::new();
             if let Some(c) = &e.created {
-                let _ = fs::remove_file(c);
+                if Path::new(c).exists() {
+                    let kept = set_aside(run, Path::new(c)).map_err(err)?;
+                    fs::remove_file(c).map_err(err)?;
+                    note = format!(" (the re-encoded copy is kept in {})", kept.display());
+                }
             }
-            Ok("put back in its encoding".into())
+            Ok(format!("put back in its encoding{note}"))
         }
         other => Err(format!("unknown action {other:?}")),
     }
