@@ -132,7 +132,7 @@ pub struct SessionFs {
     pub(super) batch_window: Duration,
     /// Inodes whose attributes the kernel must drop (sent by a thread
     /// outside the request handlers: MOUNT.md, Details).
-    pub(super) invalidate: Mutex<Option<Sender<u64>>>,
+    pub(super) invalidate: Mutex<Option<Sender<(u64, bool)>>>,
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     /// Keyed by inode and, for per-user views, the caller's view key.
@@ -252,15 +252,32 @@ impl SessionFs {
         self.single_caller = yes;
     }
 
-    /// Sends attribute invalidations of committed transcripts to `tx` (a
-    /// thread that owns the kernel notifier).
-    pub fn set_invalidation_channel(&self, tx: Sender<u64>) {
+    /// Sends the kernel cache invalidations of transcripts to `tx` (a
+    /// thread that owns the kernel notifier): `(inode, false)` after a
+    /// commit (attributes only), `(inode, true)` after pending lines were
+    /// dropped (attributes and cached pages: the size shrank, and a page a
+    /// reader was shown may hold the dropped bytes or zeros).
+    pub fn set_invalidation_channel(&self, tx: Sender<(u64, bool)>) {
         *self.invalidate.lock() = Some(tx);
     }
 
     pub(super) fn invalidate_attrs(&self, ino: u64) {
         if let Some(tx) = self.invalidate.lock().as_ref() {
-            let _ = tx.send(ino);
+            let _ = tx.send((ino, false));
+        }
+    }
+
+    /// Tells the kernel what a commit changed for `ino`
+    /// ([`SessionFs::set_invalidation_channel`]).
+    pub(super) fn after_commit_of(&self, ino: u64, committed: &super::writer::Committed) {
+        use super::writer::Committed;
+        let pages = match committed {
+            Committed::Nothing => return,
+            Committed::Batch => false,
+            Committed::Dropped => true,
+        };
+        if let Some(tx) = self.invalidate.lock().as_ref() {
+            let _ = tx.send((ino, pages));
         }
     }
 
@@ -696,9 +713,7 @@ impl SessionFs {
     /// reports it).
     fn commit_pending_of(&self, ino: u64) {
         for w in self.writers_of(ino) {
-            if let super::writer::Committed::Batch = w.commit_for_reader(&self.store) {
-                self.invalidate_attrs(ino);
-            }
+            self.after_commit_of(ino, &w.commit_for_reader(&self.store));
         }
     }
 
@@ -736,9 +751,7 @@ impl SessionFs {
             } else {
                 w.release(&self.store)
             };
-            if let super::writer::Committed::Batch = committed {
-                self.invalidate_attrs(w.ino);
-            }
+            self.after_commit_of(w.ino, &committed);
         }
         Ok(())
     }

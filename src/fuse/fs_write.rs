@@ -195,13 +195,12 @@ impl SessionFs {
     /// `w`'s transcript; their errors stay recorded on them.
     fn commit_others_of(&self, w: &Arc<Writer>) {
         for other in self.writers() {
-            if other.ino == w.ino
-                && !Arc::ptr_eq(&other, w)
-                && other.pending_complete_len() > 0
-                && matches!(other.commit_for_reader(&self.store), Committed::Batch)
-            {
-                self.committed_in(&other.session_dir());
-                self.invalidate_attrs(other.ino);
+            if other.ino == w.ino && !Arc::ptr_eq(&other, w) && other.pending_complete_len() > 0 {
+                let committed = other.commit_for_reader(&self.store);
+                if let Committed::Batch = committed {
+                    self.committed_in(&other.session_dir());
+                }
+                self.after_commit_of(other.ino, &committed);
             }
         }
     }
@@ -247,9 +246,14 @@ impl SessionFs {
     }
 
     fn after_commit(&self, w: &Writer, result: &FsResult<Committed>) {
-        if let Ok(Committed::Batch) = result {
-            self.committed_in(&w.session_dir());
-            self.invalidate_attrs(w.ino);
+        match result {
+            Ok(Committed::Batch) => {
+                self.committed_in(&w.session_dir());
+                self.invalidate_attrs(w.ino);
+            }
+            // A dropped batch: the size shrank.
+            Err(FsError::Earlier(_)) => self.after_commit_of(w.ino, &Committed::Dropped),
+            _ => {}
         }
     }
 
@@ -276,10 +280,11 @@ impl SessionFs {
     }
 
     fn commit_if_due(&self, w: &Writer) {
-        if let Committed::Batch = w.commit_if_due(&self.store, self.batch_window) {
+        let committed = w.commit_if_due(&self.store, self.batch_window);
+        if let Committed::Batch = committed {
             self.committed_in(&w.session_dir());
-            self.invalidate_attrs(w.ino);
         }
+        self.after_commit_of(w.ino, &committed);
     }
 
     /// Commits every writer's pending lines now (before unmounting: a

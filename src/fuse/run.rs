@@ -250,7 +250,7 @@ pub fn run_mount(
     core.set_pending_budget(config.pending_budget);
     core.set_single_caller(!(config.allow_other || config.allow_root));
     let core = Arc::new(core);
-    let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
+    let (invalidations, invalidated) = std::sync::mpsc::channel::<(u64, bool)>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
     settings.insert("ro".into(), read_only.into());
@@ -307,8 +307,11 @@ pub fn run_mount(
     // request handler (MOUNT.md, Details; FUSE-NOTES §3).
     let notifier = session.notifier();
     spawn_named("sessionfs-notify", move || {
-        for ino in invalidated {
-            let _ = notifier.inval_inode(fuser::INodeNo(ino), -1, 0);
+        for (ino, pages) in invalidated {
+            // Offset -1: attributes only; 0 with length 0: attributes and
+            // every cached page.
+            let offset = if pages { 0 } else { -1 };
+            let _ = notifier.inval_inode(fuser::INodeNo(ino), offset, 0);
         }
     })?;
     let background = session
