@@ -47,7 +47,11 @@ fn clean_store_passes() {
 fn damage_is_reported_with_its_offset() {
     let (code, out) = check(&[&shared().join("corpus/corrupt-tail/root")], false);
     assert_eq!(code, 1);
-    assert!(out.contains("frame at byte 1098"), "{out}");
+    assert!(
+        out.contains("byte 1098: frame failed validation")
+            && out.contains("damaged in the middle: verifiable data resumes at byte 4317"),
+        "{out}"
+    );
     assert!(out.contains("byte 6527: invalid frame magic"), "{out}");
     let (code, out) = check(&[&shared().join("corpus/torn/root")], false);
     assert_eq!(code, 1);
@@ -556,4 +560,48 @@ fn repair_waits_for_a_writer_holding_the_lock_file() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("truncated (repaired)"), "{out}");
     assert!(!dir.path().join(".sessionfs.lock").exists());
+}
+
+/// A complete frame in the middle that fails its checksum is damage in
+/// the middle, as the mount reads it: `check` names the frame and where
+/// verifiable data resumes, which is the next frame start from which
+/// `zstd -dc` decodes the rest.
+#[test]
+fn a_corrupt_middle_frame_is_reported_with_where_data_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let rel = "--home-alice-work-app--/fork-of-3f6c1d2e/session.jsonl.zstd";
+    let file = dir.path().join("session.jsonl.zstd");
+    let mut bytes = std::fs::read(shared().join("corpus/normal/root").join(rel)).unwrap();
+    let flip = bytes.len() / 3;
+    bytes[flip] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    // Independent expectation: frame starts are zstd magics; data resumes
+    // at the first one after the flipped byte whose rest zstd decodes.
+    let magic = [0x28u8, 0xb5, 0x2f, 0xfd];
+    let starts: Vec<usize> = (0..bytes.len() - 3)
+        .filter(|&i| bytes[i..i + 4] == magic)
+        .collect();
+    let damaged_at = *starts.iter().rev().find(|&&s| s <= flip).unwrap();
+    let resumes = starts.iter().copied().find(|&s| {
+        if s <= flip {
+            return false;
+        }
+        let rest = dir.path().join("rest.zst");
+        std::fs::write(&rest, &bytes[s..]).unwrap();
+        Command::new("zstd")
+            .args(["-tq".as_ref(), rest.as_os_str()])
+            .status()
+            .unwrap()
+            .success()
+    });
+    let resumes = resumes.expect("a verifiable frame after the damage");
+    let (code, out) = check(&[&file], false);
+    assert_eq!(code, 1, "{out}");
+    let want = format!(
+        "byte {damaged_at}: frame failed validation: Data corruption detected; damaged in the \
+         middle: verifiable data resumes at byte {resumes}"
+    );
+    assert!(out.contains(&want), "want {want:?} in {out}");
+    let problems = out.lines().filter(|l| l.starts_with('\t')).count();
+    assert_eq!(problems, 1, "one problem line: {out}");
 }

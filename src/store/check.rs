@@ -211,6 +211,12 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     let mut data_frames = 0usize;
     let mut last_counted: Option<(u64, bool, u64)> = None;
     let mut io_error: Option<std::io::Error> = None;
+    // The first complete data frame after the header that does not verify
+    // (its offset and the index of its problem line), and the first frame
+    // after it that does: the mount reads such a file up to that frame
+    // only (damage in the middle), and check says so too.
+    let mut first_corrupt: Option<(u64, usize)> = None;
+    let mut verified_after: Option<u64> = None;
     let end = walk_frames(file, 0, len, None, |info| {
         if info.kind == FrameKind::Skippable {
             report.skippable.push(info.offset);
@@ -227,8 +233,16 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
                 report.frames += 1;
                 report.plain_len += plain_len;
                 last_counted = Some((info.offset, true, plain_len));
+                if first_corrupt.is_some() && verified_after.is_none() {
+                    verified_after = Some(info.offset);
+                }
             }
-            Ok(None) => last_counted = Some((info.offset, false, 0)),
+            Ok(None) => {
+                last_counted = Some((info.offset, false, 0));
+                if data_frames > 1 && first_corrupt.is_none() {
+                    first_corrupt = Some((info.offset, report.problems.len().saturating_sub(1)));
+                }
+            }
             Err(e) => {
                 io_error = Some(e);
                 return false;
@@ -243,6 +257,22 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
         FrameError::Io(e) => StoreError::io("read", &report.path, e),
         FrameError::Corrupt { offset, reason } => StoreError::corrupt(&report.path, offset, reason),
     })?;
+    if let (Some((at, idx)), false) = (first_corrupt, matches!(end, WalkEnd::Damaged(_))) {
+        if let Some(problem) = report.problems.get_mut(idx) {
+            let prefix = format!("frame at byte {at}: ");
+            let reason = problem
+                .strip_prefix(&prefix)
+                .unwrap_or(problem.as_str())
+                .to_string();
+            let d = Damage {
+                at,
+                reason,
+                resumes_at: verified_after,
+            };
+            *problem = damage_text(&d);
+            report.damage = Some(d);
+        }
+    }
     match end {
         WalkEnd::Clean => {}
         WalkEnd::Torn { at } => {
@@ -258,23 +288,26 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
                     report.plain_len -= plain_len;
                 }
             }
-            let text = match d.resumes_at {
-                Some(r) => format!(
-                    "byte {}: {}; damaged in the middle: verifiable data resumes at byte {r}; \
-                     not a torn tail, so --repair changes nothing: restore the file from a \
-                     backup",
-                    d.at, d.reason
-                ),
-                None => format!(
-                    "byte {}: {}; nothing after it can be read, and --repair changes nothing",
-                    d.at, d.reason
-                ),
-            };
-            report.problems.push(text);
+            report.problems.push(damage_text(&d));
             report.damage = Some(d);
         }
     }
     Ok(())
+}
+
+/// The problem line of damage in the middle.
+fn damage_text(d: &Damage) -> String {
+    match d.resumes_at {
+        Some(r) => format!(
+            "byte {}: {}; damaged in the middle: verifiable data resumes at byte {r}; not a \
+             torn tail, so --repair changes nothing: restore the file from a backup",
+            d.at, d.reason
+        ),
+        None => format!(
+            "byte {}: {}; nothing after it can be read, and --repair changes nothing",
+            d.at, d.reason
+        ),
+    }
 }
 
 /// Checks the header frame: one line, a valid header. Returns its plain
