@@ -976,3 +976,31 @@ fn a_renamed_session_directory_is_moved_back() {
     );
     assert_eq!(one["sessions"][0]["status"], "clean");
 }
+
+/// A directory where a transcript belongs is named for what it is, and the
+/// fix is to move it out of the root (nothing to restore).
+#[test]
+fn a_directory_named_like_a_transcript_is_to_be_moved_out() {
+    let (tmp, root) = case_copy("normal");
+    let t = root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
+    fs::remove_file(&t).unwrap();
+    fs::create_dir(&t).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let f = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("Session-A/session.jsonl.zstd"))
+        })
+        .unwrap_or_else(|| panic!("no finding for the directory: {report}"));
+    assert_eq!(f["kind"], "unreadable", "{f}");
+    assert!(f["detail"].as_str().unwrap().contains("a directory"), "{f}");
+    assert!(
+        f["fix"].as_str().unwrap().contains("out of the root"),
+        "{f}"
+    );
+}

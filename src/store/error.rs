@@ -249,6 +249,14 @@ impl fmt::Display for StoreError {
                 Shown(path),
                 Shown(expected)
             ),
+            StoreError::HeaderLess { path, reason } if reason.starts_with("not a regular file") => {
+                write!(
+                    f,
+                    "{}: {reason} where the transcript belongs; move it out of the root (the \
+                     session is not shown until a transcript is there)",
+                    Shown(path)
+                )
+            }
             StoreError::HeaderLess { path, reason } => write!(
                 f,
                 "{}: empty or header-less transcript ({reason}); restore it from a backup \

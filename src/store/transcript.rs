@@ -580,21 +580,24 @@ fn build_state(
     index_dir: Option<&Path>,
 ) -> Result<State> {
     // Checked before opening: opening a FIFO would block.
+    let not_regular = || {
+        let what = super::check::describe_non_regular(path)
+            .unwrap_or_else(|| "not a regular file".to_string());
+        StoreError::header_less(path, what)
+    };
     match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => return Err(StoreError::header_less(path, "not a regular file")),
+        Ok(m) if !m.is_file() => return Err(not_regular()),
         _ => {}
     }
     let file = File::open(path).map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) | Some(libc::EISDIR) => {
-            StoreError::header_less(path, format!("not a regular file ({e})"))
-        }
+        Some(libc::ELOOP) | Some(libc::EISDIR) => not_regular(),
         _ => StoreError::io("open", path, e),
     })?;
     let meta = file
         .metadata()
         .map_err(|e| StoreError::io("stat", path, e))?;
     if !meta.is_file() {
-        return Err(StoreError::header_less(path, "not a regular file"));
+        return Err(not_regular());
     }
     if meta.len() == 0 {
         return Err(StoreError::header_less(path, "the file is empty"));
@@ -768,5 +771,27 @@ fn damaged(path: &Path, d: &Damage) -> StoreError {
         at: d.at,
         resumes_at: d.resumes_at,
         reason: d.reason.clone(),
+    }
+}
+
+#[cfg(test)]
+mod not_regular_tests {
+    use super::*;
+
+    /// Something else where a transcript belongs is named for what it is,
+    /// with the advice to move it out of the root (not to restore it).
+    #[test]
+    fn a_directory_named_like_a_transcript_is_named_for_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        std::fs::create_dir(&path).unwrap();
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let e = match Transcript::open(&path, Encoding::Zstd, cache) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a directory opened as a transcript"),
+        };
+        assert!(e.contains("not a regular file: a directory"), "{e}");
+        assert!(e.contains("move it out of the root"), "{e}");
+        assert!(!e.contains("restore it from a backup"), "{e}");
     }
 }
