@@ -148,6 +148,12 @@ fn check_case(case: &str) {
     }
     let content_only = want.iter().all(|(k, _)| *k == "cwd_rejected");
     assert_eq!(code, if content_only { 0 } else { 1 }, "{case}: exit code");
+    // Content refusals are counted apart, never as problems left.
+    let refusals = want.iter().filter(|(k, _)| *k == "cwd_rejected").count();
+    if content_only {
+        assert_eq!(report["summary"]["refused"], refusals as u64, "{case}");
+        assert_eq!(report["summary"]["problems_left"], 0, "{case}");
+    }
     // Every finding has what to do, and damage in a file names its offset.
     for f in report["findings"].as_array().unwrap() {
         assert!(!f["fix"].as_str().unwrap().is_empty());
@@ -695,7 +701,7 @@ fn text_output_shows_problems_and_a_summary() {
     );
     assert!(
         text.ends_with(
-            "6 sessions scanned: 1 clean, 0 repaired, 0 set aside, 5 problems left; 83151 bytes\n"
+            "6 sessions scanned: 1 clean, 0 repaired, 0 set aside, 0 refused by the reference for content only, 5 problems left; 83151 bytes\n"
         ),
         "{text}"
     );

@@ -213,8 +213,9 @@ pub(super) fn text_report(r: &Report, verbose: bool) -> String {
     }
     let s = &r.summary;
     out.push_str(&format!(
-        "{} sessions scanned: {} clean, {} repaired, {} set aside, {} problems left; {} bytes\n",
-        s.sessions_scanned, s.clean, s.repaired, s.set_aside, s.problems_left, s.bytes
+        "{} sessions scanned: {} clean, {} repaired, {} set aside, {} refused by the reference \
+         for content only, {} problems left; {} bytes\n",
+        s.sessions_scanned, s.clean, s.repaired, s.set_aside, s.refused, s.problems_left, s.bytes
     ));
     out
 }

@@ -74,7 +74,11 @@ pub struct Summary {
     pub repaired: u64,
     /// Moved to the quarantine folder by this run.
     pub set_aside: u64,
-    /// Findings not resolved (content refusals included).
+    /// Transcripts with nothing wrong but the reference's content refusals
+    /// (they read, and the reference refuses them for what they say).
+    pub refused: u64,
+    /// Findings not resolved, content refusals not included (they are not
+    /// problems of the store: [`Kind::content_only`]).
     pub problems_left: u64,
     /// Bytes of the transcripts scanned.
     pub bytes: u64,
@@ -132,6 +136,7 @@ impl Report {
                 Status::Clean => summary.clean += 1,
                 Status::Repaired => summary.repaired += 1,
                 Status::SetAside => summary.set_aside += 1,
+                Status::Refused => summary.refused += 1,
                 _ => {}
             }
             sessions.push(SessionResult {
@@ -145,7 +150,10 @@ impl Report {
                 findings: mine.len() as u64,
             });
         }
-        summary.problems_left = findings.iter().filter(|x| x.done.is_none()).count() as u64;
+        summary.problems_left = findings
+            .iter()
+            .filter(|x| x.done.is_none() && !x.kind.content_only())
+            .count() as u64;
         Report {
             schema: SCHEMA,
             target: target.to_path_buf(),
