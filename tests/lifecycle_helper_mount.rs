@@ -369,6 +369,22 @@ fn the_status_file_shows_pending_bytes() {
     assert_eq!(status["pending_bytes"], line.len() as u64, "{status}");
     assert_eq!(status["writers"], 1, "{status}");
     assert_eq!(status["options"]["batch_ms"], "60000", "{status}");
+    // Options left to their defaults show the value in effect.
+    let options = status["options"].as_object().unwrap();
+    let unset: Vec<&String> = options
+        .iter()
+        .filter(|(_, v)| v.is_null())
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        unset.is_empty(),
+        "options shown as null: {unset:?} in {status}"
+    );
+    assert_eq!(
+        status["options"]["cache_size"],
+        status["cache"]["cap_bytes"].to_string(),
+        "{status}"
+    );
     drop(held);
     // close() commits at flush; the handle goes at release, which the
     // kernel sends asynchronously.

@@ -254,6 +254,27 @@ pub fn run_mount(
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
     settings.insert("ro".into(), read_only.into());
+    // Options left to their defaults show the value in effect.
+    let store = core.store();
+    let effective: [(&str, String); 4] = [
+        (
+            "compression",
+            format!("{:?}", store.encoding()).to_lowercase(),
+        ),
+        ("cache_size", config.cache_bytes.to_string()),
+        ("pending_budget", config.pending_budget.to_string()),
+        (
+            "index_cache",
+            store
+                .index_dir()
+                .map_or_else(|| "none".to_string(), |d| d.display().to_string()),
+        ),
+    ];
+    for (key, value) in effective {
+        if settings.get(key).is_none_or(serde_json::Value::is_null) {
+            settings.insert(key.into(), value.into());
+        }
+    }
     for item in &config.kernel_options {
         let (k, v) = item.split_once('=').unwrap_or((item, ""));
         let v = if v.is_empty() { true.into() } else { v.into() };
