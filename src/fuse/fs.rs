@@ -678,6 +678,16 @@ impl SessionFs {
             self.commit_pending_of(ino);
         }
         let mut data = t.read(offset, size)?;
+        if end > t.cached_attr().plain_len && offset + (data.len() as u64) < end {
+            // Short of what was asked: frames may have been appended on
+            // disk since the view was last refreshed, among them another
+            // mount's batch that took the place of one of ours dropped at
+            // commit (the kernel may have been told the file reached that
+            // far). What is on disk now is served rather than a short
+            // reply, which the kernel could fill with zeros.
+            t.refresh()?;
+            data = t.read(offset, size)?;
+        }
         let got_to = offset + data.len() as u64;
         if got_to < end {
             let committed = t.cached_attr().plain_len;
