@@ -102,7 +102,7 @@ fn expected(case: &str) -> Vec<(&'static str, String)> {
         "corrupt-header" => vec![("header_less", t("headerless"))],
         "corrupt-tail" => vec![
             ("corrupt_frame", t("bitflip-middle-frame")),
-            ("damaged", t("garbage-appended")),
+            ("trailing_garbage", t("garbage-appended")),
         ],
         "flat" => vec![("flat_artifact", format!("{APP}/legacy-flat.jsonl.zstd"))],
         "mismatch" => vec![(
@@ -1009,4 +1009,27 @@ fn a_directory_named_like_a_transcript_is_to_be_moved_out() {
         f["fix"].as_str().unwrap().contains("out of the root"),
         "{f}"
     );
+}
+
+/// Garbage appended after the last frame (nothing verifiable in it) is cut,
+/// not the whole session set aside: the session stays, its frames byte for
+/// byte, and zstd reads it.
+#[test]
+fn trailing_garbage_is_cut_and_the_session_stays() {
+    let (tmp, root) = case_copy("corrupt-tail");
+    let t = root.join(format!("{APP}/garbage-appended/session.jsonl.zstd"));
+    let before = fs::read(&t).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let f = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "trailing_garbage")
+        .unwrap_or_else(|| panic!("no trailing_garbage finding: {report}"));
+    let at = f["offset"].as_u64().unwrap() as usize;
+    let after = fs::read(&t).expect("the session stays in the store");
+    assert_eq!(after, before[..at], "cut exactly at the garbage");
+    let ok = Command::new("zstd").arg("-tq").arg(&t).status().unwrap();
+    assert!(ok.success(), "zstd -t of the repaired file");
 }

@@ -268,6 +268,7 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
                 at,
                 reason,
                 resumes_at: verified_after,
+                nothing_verifiable_follows: false,
             };
             *problem = damage_text(&d);
             report.damage = Some(d);

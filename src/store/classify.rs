@@ -44,6 +44,11 @@ pub struct Damage {
     /// Where the first verifiable frame after the damage starts, if one
     /// was found: the bytes from there on hold committed data.
     pub resumes_at: Option<u64>,
+    /// Every byte from `at` to the end was examined and no verifiable
+    /// frame starts there (not so when the search gave up, or when the
+    /// damage is a complete frame that fails its checksum): cutting at `at`
+    /// removes no verifiable frame.
+    pub nothing_verifiable_follows: bool,
 }
 
 /// Why the walk stopped at a frame start.
@@ -103,11 +108,13 @@ pub fn classify<R: ReadAt + ?Sized>(
                     info.offset
                 ),
                 resumes_at: Some(resume),
+                nothing_verifiable_follows: false,
             }),
             _ => WalkEnd::Damaged(Damage {
                 at,
                 reason,
                 resumes_at: Some(resume),
+                nothing_verifiable_follows: false,
             }),
         },
         Found::Nothing => match failure {
@@ -116,6 +123,7 @@ pub fn classify<R: ReadAt + ?Sized>(
                 at,
                 reason: format!("{why}; nothing verifiable follows"),
                 resumes_at: None,
+                nothing_verifiable_follows: true,
             }),
         },
         Found::GaveUp => WalkEnd::Damaged(Damage {
@@ -128,6 +136,7 @@ pub fn classify<R: ReadAt + ?Sized>(
                 }
             ),
             resumes_at: None,
+            nothing_verifiable_follows: false,
         }),
     })
 }

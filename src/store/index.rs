@@ -141,6 +141,7 @@ impl FrameIndex {
                                             at: info.offset,
                                             reason,
                                             resumes_at: (next < file_len).then_some(next),
+                                            nothing_verifiable_follows: false,
                                         });
                                         self.damage_file_len = file_len;
                                         return Ok(());

@@ -33,6 +33,9 @@ pub enum Kind {
     Empty,
     /// The last frame (or line) ends early: a torn tail.
     TornTail,
+    /// Bytes after the last verifiable frame that are no frame, with no
+    /// verifiable frame anywhere after them (garbage appended).
+    TrailingGarbage,
     /// The file ends inside its header frame (or line): nothing committed.
     TornHeader,
     /// The first frame (or line) is not a session header.
@@ -79,6 +82,7 @@ impl Kind {
             Kind::ConflictCopy => "conflict_copy",
             Kind::Empty => "empty",
             Kind::TornTail => "torn_tail",
+            Kind::TrailingGarbage => "trailing_garbage",
             Kind::TornHeader => "torn_header",
             Kind::HeaderLess => "header_less",
             Kind::HeaderFrameHoldsEvents => "header_frame_holds_events",
@@ -240,6 +244,7 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
             "reads the committed prefix; load() truncates the torn frame and re-appends",
             R::Repair,
         ),
+        K::TrailingGarbage => ("reading fails (invalid frame magic)", R::Repair),
         K::TornHeader => ("leaves it out of list(); it cannot be read", R::SetAside),
         K::HeaderLess => (
             "list() fails for the whole root (first frame is not exactly one header line)",

@@ -200,6 +200,7 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
                 Kind::TornTail => {
                     torn_tail(&mut run, &path, f.offset.unwrap_or(0), scan.files[fi].raw)
                 }
+                Kind::TrailingGarbage => cut_garbage(&mut run, &path, f.offset.unwrap_or(0)),
                 Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
                 Kind::SeqDuplicate | Kind::InterleavedWriters => {
                     split_seq(&mut run, scan, fi, encoding)
@@ -312,6 +313,35 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
         "the torn last frame at byte {at} was replaced by a frame of its {lines} complete \
          lines that decode and continue the transcript; the original is in the quarantine \
          folder"
+    ))
+}
+
+/// Garbage after the last verifiable frame with no verifiable frame after
+/// it: under the writers' locks the walk is made again, and only when it
+/// still fails at `at` with nothing verifiable following is the file cut
+/// there, after the whole original is copied to the quarantine folder.
+fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let _locked = repair_lock(path, &file)?;
+    let len = file.metadata()?.len();
+    let end = super::super::classify::walk(&file, 0, len, None, |_| true).map_err(|e| match e {
+        super::super::frame::FrameError::Io(e) => e,
+        super::super::frame::FrameError::Corrupt { offset, reason } => {
+            std::io::Error::other(format!("byte {offset}: {reason}"))
+        }
+    })?;
+    match end {
+        super::super::classify::WalkEnd::Damaged(d)
+            if d.at == at && d.nothing_verifiable_follows => {}
+        _ => return Err(std::io::Error::other("the file changed since the scan")),
+    }
+    run.keep(path, "rewritten", None)?;
+    file.set_len(at)?;
+    file.sync_all()?;
+    Ok(format!(
+        "the {} bytes after the last verifiable frame were cut at byte {at}; the original is \
+         in the quarantine folder",
+        len - at
     ))
 }
 

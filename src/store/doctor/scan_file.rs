@@ -448,6 +448,21 @@ fn scan_frames(
                 );
             }
         }
+        Ok(WalkEnd::Damaged(d)) if d.nothing_verifiable_follows && data_frames > 0 => {
+            frame_findings.push(
+                Finding::new(
+                    &path,
+                    Kind::TrailingGarbage,
+                    format!(
+                        "{} bytes after the last verifiable frame are no frame ({}), and no \
+                         verifiable frame follows",
+                        len - d.at,
+                        d.reason.trim_end_matches("; nothing verifiable follows")
+                    ),
+                )
+                .at(d.at),
+            );
+        }
         Ok(WalkEnd::Damaged(d)) => {
             // The classifier may put the damage at a frame already walked.
             frame_findings.retain(|f| !(f.kind == Kind::CorruptFrame && f.offset == Some(d.at)));
