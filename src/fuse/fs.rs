@@ -56,6 +56,10 @@ pub type Listing = Arc<Vec<(u64, DirEntry)>>;
 /// freed heap memory back to the kernel at once.
 const RETURN_MEMORY_AT: u64 = 1 << 20;
 
+/// A kernel cache invalidation of a transcript: its inode, and the view
+/// offset from which its cached pages go too (`None`: attributes only).
+pub type Invalidation = (u64, Option<u64>);
+
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
 
@@ -132,7 +136,7 @@ pub struct SessionFs {
     pub(super) batch_window: Duration,
     /// Inodes whose attributes the kernel must drop (sent by a thread
     /// outside the request handlers: MOUNT.md, Details).
-    pub(super) invalidate: Mutex<Option<Sender<(u64, bool)>>>,
+    pub(super) invalidate: Mutex<Option<Sender<Invalidation>>>,
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     /// Keyed by inode and, for per-user views, the caller's view key.
@@ -253,31 +257,54 @@ impl SessionFs {
     }
 
     /// Sends the kernel cache invalidations of transcripts to `tx` (a
-    /// thread that owns the kernel notifier): `(inode, false)` after a
-    /// commit (attributes only), `(inode, true)` after pending lines were
-    /// dropped (attributes and cached pages: the size shrank, and a page a
-    /// reader was shown may hold the dropped bytes or zeros).
-    pub fn set_invalidation_channel(&self, tx: Sender<(u64, bool)>) {
+    /// thread that owns the kernel notifier): `(inode, None)` after a
+    /// commit (attributes only); `(inode, Some(offset))` for attributes and
+    /// the cached pages from byte `offset` of the view on: after pending
+    /// lines were dropped (offset 0: the size shrank, and a page a reader
+    /// was shown may hold the dropped bytes or zeros), and when the view
+    /// grew on disk (offset: the old end; a page read while the file ended
+    /// inside it holds zeros past that end, and the kernel keeps such a
+    /// page when the size changes while it is being read).
+    pub fn set_invalidation_channel(&self, tx: Sender<Invalidation>) {
         *self.invalidate.lock() = Some(tx);
     }
 
     pub(super) fn invalidate_attrs(&self, ino: u64) {
+        self.send_invalidation(ino, None);
+    }
+
+    fn send_invalidation(&self, ino: u64, pages_from: Option<u64>) {
         if let Some(tx) = self.invalidate.lock().as_ref() {
-            let _ = tx.send((ino, false));
+            let _ = tx.send((ino, pages_from));
         }
+    }
+
+    /// Refreshes the view of transcript `t` (inode `ino`) from disk; when
+    /// it grew, the kernel is told to drop its cached pages from the old
+    /// end on ([`SessionFs::set_invalidation_channel`]).
+    ///
+    /// Errors: the store's refresh errors.
+    pub(super) fn refresh_view(
+        &self,
+        ino: u64,
+        t: &Transcript,
+    ) -> FsResult<crate::store::TranscriptAttr> {
+        let before = t.cached_attr().plain_len;
+        let view = t.refresh()?;
+        if view.plain_len > before {
+            self.send_invalidation(ino, Some(before));
+        }
+        Ok(view)
     }
 
     /// Tells the kernel what a commit changed for `ino`
     /// ([`SessionFs::set_invalidation_channel`]).
     pub(super) fn after_commit_of(&self, ino: u64, committed: &super::writer::Committed) {
         use super::writer::Committed;
-        let pages = match committed {
-            Committed::Nothing => return,
-            Committed::Batch => false,
-            Committed::Dropped => true,
-        };
-        if let Some(tx) = self.invalidate.lock().as_ref() {
-            let _ = tx.send((ino, pages));
+        match committed {
+            Committed::Nothing => {}
+            Committed::Batch => self.send_invalidation(ino, None),
+            Committed::Dropped => self.send_invalidation(ino, Some(0)),
         }
     }
 
@@ -550,7 +577,7 @@ impl SessionFs {
                     }
                     other => other?,
                 };
-                let view = t.refresh()?;
+                let view = self.refresh_view(ino, &t)?;
                 let mut a = attr_of(ino, &view.meta);
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)
@@ -685,7 +712,7 @@ impl SessionFs {
             // commit (the kernel may have been told the file reached that
             // far). What is on disk now is served rather than a short
             // reply, which the kernel could fill with zeros.
-            t.refresh()?;
+            self.refresh_view(ino, t)?;
             data = t.read(offset, size)?;
         }
         let got_to = offset + data.len() as u64;

@@ -250,7 +250,7 @@ pub fn run_mount(
     core.set_pending_budget(config.pending_budget);
     core.set_single_caller(!(config.allow_other || config.allow_root));
     let core = Arc::new(core);
-    let (invalidations, invalidated) = std::sync::mpsc::channel::<(u64, bool)>();
+    let (invalidations, invalidated) = std::sync::mpsc::channel::<super::fs::Invalidation>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
     settings.insert("ro".into(), read_only.into());
@@ -328,10 +328,10 @@ pub fn run_mount(
     // request handler (MOUNT.md, Details; FUSE-NOTES §3).
     let notifier = session.notifier();
     spawn_named("sessionfs-notify", move || {
-        for (ino, pages) in invalidated {
-            // Offset -1: attributes only; 0 with length 0: attributes and
-            // every cached page.
-            let offset = if pages { 0 } else { -1 };
+        for (ino, pages_from) in invalidated {
+            // Offset -1: attributes only; an offset with length 0:
+            // attributes and the cached pages from there to the end.
+            let offset = pages_from.map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
             let _ = notifier.inval_inode(fuser::INodeNo(ino), offset, 0);
         }
     })?;
