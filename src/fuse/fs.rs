@@ -577,6 +577,16 @@ impl SessionFs {
                     }
                     other => other?,
                 };
+                // Lines pending in this mount's handles are committed
+                // first (earlier than their batch window, which MOUNT.md
+                // allows), so that the size reported never counts a batch
+                // that another mount's commit could still make this one
+                // drop: the kernel would fill reads up to that size with
+                // zeros. Those still pending (a commit that failed and is
+                // retried) are counted, as MOUNT.md (Attributes) says.
+                if self.pending_len_of(ino) > 0 {
+                    self.commit_pending_of(ino);
+                }
                 let view = self.refresh_view(ino, &t)?;
                 let mut a = attr_of(ino, &view.meta);
                 a.size = view.plain_len + self.pending_len_of(ino);
