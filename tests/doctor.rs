@@ -1033,3 +1033,92 @@ fn trailing_garbage_is_cut_and_the_session_stays() {
     let ok = Command::new("zstd").arg("-tq").arg(&t).status().unwrap();
     assert!(ok.success(), "zstd -t of the repaired file");
 }
+
+/// Garbage followed by a frame that starts with the zstd magic (here one
+/// without a checksum, which readers accept: FORMAT.md) is never cut as
+/// trailing garbage: the frame may hold committed lines.
+#[test]
+fn garbage_before_a_frame_without_checksum_is_not_cut() {
+    let (tmp, root) = case_copy("corrupt-tail");
+    let t = root.join(format!("{APP}/intact-control/session.jsonl.zstd"));
+    let mut bytes = fs::read(&t).unwrap();
+    bytes.extend_from_slice(b"GARBAGE\n");
+    let plain =
+        "{\"type\":\"x-note\",\"seq\":9999,\"note\":\"after the garbage\",\"ignorable\":true}\n";
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    enc.include_checksum(false).unwrap();
+    std::io::Write::write_all(&mut enc, plain.as_bytes()).unwrap();
+    bytes.extend(enc.finish().unwrap());
+    fs::write(&t, &bytes).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            f["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("intact-control"))
+        })
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"trailing_garbage"), "{kinds:?}");
+    assert!(kinds.contains(&"damaged"), "{kinds:?}");
+    let (_, _) = doctor_json(tmp.path(), &root, &["--repair"]);
+    if let Ok(now) = fs::read(&t) {
+        assert_eq!(now, bytes, "the transcript was changed in place");
+    }
+}
+
+/// `--restore` takes the writers' lock file of a transcript it replaces: a
+/// live writer's lock makes it wait, then fail for that file and change
+/// nothing; once the writer is gone, the restore goes ahead.
+#[test]
+fn restore_waits_for_a_writer_holding_the_lock_file() {
+    use sessionfs::store::fskind::CommitProtocol;
+    use sessionfs::store::lease::{self, HolderId, LeaseConfig};
+    let (tmp, root) = case_copy("torn");
+    let before = tree_bytes(&root);
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let torn = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "torn_tail")
+        .unwrap();
+    let path = PathBuf::from(torn["path"].as_str().unwrap());
+    let rel = path.strip_prefix(&root).unwrap().to_path_buf();
+    let repaired = fs::read(&path).unwrap();
+    let cfg = LeaseConfig::from_lease(std::time::Duration::from_millis(300));
+    let guard = lease::acquire(
+        path.parent().unwrap(),
+        &path,
+        &cfg,
+        CommitProtocol::Local,
+        &HolderId::current(),
+    )
+    .unwrap();
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    let restore = || {
+        Command::new(bin())
+            .args(["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()])
+            .env("XDG_STATE_HOME", tmp.path())
+            .env("SESSIONFS_LEASE_MS", "300")
+            .output()
+            .unwrap()
+    };
+    let out = restore();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains(".sessionfs.lock"), "names the lock: {text}");
+    assert_eq!(fs::read(&path).unwrap(), repaired, "nothing replaced");
+    drop(guard);
+    let out = restore();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(fs::read(&path).unwrap(), before[&rel]);
+}

@@ -332,7 +332,9 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
     })?;
     match end {
         super::super::classify::WalkEnd::Damaged(d)
-            if d.at == at && d.nothing_verifiable_follows => {}
+            if d.at == at
+                && d.nothing_verifiable_follows
+                && super::scan_file::holds_no_frame_start(&file, at, len)? => {}
         _ => return Err(std::io::Error::other("the file changed since the scan")),
     }
     run.keep(path, "rewritten", None)?;
@@ -574,6 +576,13 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
             other.push(l);
             other_next = s + n;
         }
+    }
+    // Under the lock: the split must still be there (another doctor may
+    // have made it since this scan).
+    if other.is_empty() {
+        return Err(std::io::Error::other(
+            "the file changed since the scan: no second history after the cut (already split?)",
+        ));
     }
     let seed = seed_before(&all, split.seq);
     let fork = publish_fork(&scan.root, enc, &parent, &text[cut..], &seed, &other)?;

@@ -156,6 +156,10 @@ fn set_aside(run: &Path, what: &Path) -> std::io::Result<PathBuf> {
 fn remove_fork(run: &Path, created: &str) -> std::io::Result<PathBuf> {
     let c = Path::new(created);
     let dir = c.parent().unwrap_or(c);
+    // Its writers' locks, while it is copied and removed.
+    let file = fs::OpenOptions::new().read(true).write(true).open(c)?;
+    let _locked = super::super::append::lock_for_repair(c, &file)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     let kept = set_aside(run, dir)?;
     fs::remove_dir_all(dir)?;
     Ok(kept)
@@ -199,6 +203,17 @@ fn restore_one(run: &Path, e: &Entry) -> Result<String, String> {
             Ok(format!("put back{}", fork_note(&e.created)?))
         }
         "rewritten" => {
+            // The writers' locks are held from the comparison to the
+            // rename: a line committed meanwhile would otherwise land in
+            // the file being replaced after its bytes were set aside.
+            let _locked = match fs::OpenOptions::new().read(true).write(true).open(original) {
+                Ok(f) => Some((
+                    super::super::append::lock_for_repair(original, &f)
+                        .map_err(|e| e.to_string())?,
+                    f,
+                )),
+                Err(_) => None,
+            };
             let original_bytes = fs::read(copy).map_err(err)?;
             let current = fs::read(original).ok();
             if current.as_deref() == Some(&original_bytes[..]) {

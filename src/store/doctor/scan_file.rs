@@ -448,7 +448,11 @@ fn scan_frames(
                 );
             }
         }
-        Ok(WalkEnd::Damaged(d)) if d.nothing_verifiable_follows && data_frames > 0 => {
+        Ok(WalkEnd::Damaged(d))
+            if d.nothing_verifiable_follows
+                && data_frames > 0
+                && holds_no_frame_start(file, d.at, len)? =>
+        {
             frame_findings.push(
                 Finding::new(
                     &path,
@@ -476,4 +480,29 @@ fn scan_frames(
     scan.findings.extend(frame_findings);
     scan.frame_starts = frame_starts;
     Ok(())
+}
+
+/// Most bytes after the last verifiable frame that are examined for frame
+/// starts; more are never taken for garbage to cut.
+const GARBAGE_LIMIT: u64 = 1 << 20;
+
+/// Whether bytes `[at, len)` of `file` hold no start of a frame of any
+/// kind: no zstd frame magic and no skippable frame magic at any offset.
+/// Only such bytes are cut as garbage: a frame the classifier cannot
+/// verify (no checksum, a window over its limit, a damaged header) still
+/// starts with its magic, so it is kept (FORMAT.md: readers accept frames
+/// without a checksum). Bytes past [`GARBAGE_LIMIT`] are not examined and
+/// answer `false`.
+///
+/// Errors: reading the file.
+pub fn holds_no_frame_start(file: &File, at: u64, len: u64) -> std::io::Result<bool> {
+    if len <= at || len - at > GARBAGE_LIMIT {
+        return Ok(len <= at);
+    }
+    let mut buf = vec![0u8; (len - at) as usize];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, at)?;
+    let zstd = super::super::frame::ZSTD_MAGIC.to_le_bytes();
+    Ok(!buf.windows(4).any(|w| {
+        w == zstd || (w[0] & 0xF0 == 0x50 && w[1] == 0x2A && w[2] == 0x4D && w[3] == 0x18)
+    }))
 }
