@@ -305,7 +305,8 @@ fn damage_text(d: &Damage) -> String {
             d.at, d.reason
         ),
         None => format!(
-            "byte {}: {}; nothing after it can be read, and --repair changes nothing",
+            "byte {}: {}; nothing after it can be read, and --repair changes nothing \
+             (`sessionfs doctor --repair` cuts it when it holds no frame, keeping a copy)",
             d.at, d.reason
         ),
     }
