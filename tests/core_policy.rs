@@ -191,38 +191,3 @@ fn views_are_cached_when_only_the_owner_can_reach_the_mount() {
     );
     assert!(core.lookup(by_id, OsStr::new("solo")).is_ok());
 }
-
-/// A batch dropped at commit (another mount of the root committed the same
-/// `seq` first) makes the core ask the kernel to drop the transcript's
-/// cached pages as well as its attributes: the size it reported included
-/// the dropped lines, and a reader's page may hold them (or zeros).
-#[test]
-fn a_dropped_batch_invalidates_the_cached_pages() {
-    let (_tmp, root, a) = core_over(&[("drop", "/srv/app")]);
-    let store_b = Store::open(&root, StoreOptions::default()).unwrap();
-    let b = SessionFs::new(Arc::new(store_b), Duration::from_secs(60));
-    let (tx, rx) = std::sync::mpsc::channel();
-    a.set_invalidation_channel(tx);
-    let view = rel("drop", "/srv/app").join("session.jsonl");
-    let line = |text: &str| {
-        format!(
-            "{{\"type\":\"x-note\",\"seq\":0,\"ts\":1767600000001,\"note\":\"{text}\",\"ignorable\":true}}\n"
-        )
-    };
-    let ino_a = ino_of(&a, &view);
-    let (fa, _) = a.open(ino_a, libc::O_WRONLY | libc::O_APPEND).unwrap();
-    a.write(fa, 0, line("from a").as_bytes(), true).unwrap();
-    while rx.try_recv().is_ok() {}
-    // The other mount commits seq 0 first.
-    let ino_b = ino_of(&b, &view);
-    let (fb, _) = b.open(ino_b, libc::O_WRONLY | libc::O_APPEND).unwrap();
-    b.write(fb, 0, line("from b").as_bytes(), true).unwrap();
-    b.fsync(fb).unwrap();
-    b.release(fb).unwrap();
-    // a's batch no longer continues the transcript: dropped.
-    let e = a.fsync(fa).unwrap_err();
-    assert_eq!(e.errno(), libc::EINVAL, "{e:?}");
-    let sent: Vec<(u64, Option<u64>)> = rx.try_iter().collect();
-    assert!(sent.contains(&(ino_a, Some(0))), "{sent:?}");
-    let _ = a.release(fa);
-}

@@ -258,13 +258,9 @@ impl SessionFs {
 
     /// Sends the kernel cache invalidations of transcripts to `tx` (a
     /// thread that owns the kernel notifier): `(inode, None)` after a
-    /// commit (attributes only); `(inode, Some(offset))` for attributes and
-    /// the cached pages from byte `offset` of the view on: after pending
-    /// lines were dropped (offset 0: the size shrank, and a page a reader
-    /// was shown may hold the dropped bytes or zeros), and when the view
-    /// grew on disk (offset: the old end; a page read while the file ended
-    /// inside it holds zeros past that end, and the kernel keeps such a
-    /// page when the size changes while it is being read).
+    /// commit, attributes only. `(inode, Some(offset))` would drop cached
+    /// pages from `offset` too; nothing sends it today (see
+    /// [`SessionFs::refresh_view`] for why invalidations are kept few).
     pub fn set_invalidation_channel(&self, tx: Sender<Invalidation>) {
         *self.invalidate.lock() = Some(tx);
     }
@@ -279,22 +275,21 @@ impl SessionFs {
         }
     }
 
-    /// Refreshes the view of transcript `t` (inode `ino`) from disk; when
-    /// it grew, the kernel is told to drop its cached pages from the old
-    /// end on ([`SessionFs::set_invalidation_channel`]).
+    /// Refreshes the view of transcript `t` (inode `ino`) from disk.
+    ///
+    /// No kernel invalidation is sent here: one that reaches the kernel
+    /// while the getattr it serves is under way makes the kernel discard
+    /// that getattr's reply (its attribute version moved), so a reader on
+    /// a mount whose transcript keeps growing elsewhere would be given the
+    /// old size again and again.
     ///
     /// Errors: the store's refresh errors.
     pub(super) fn refresh_view(
         &self,
-        ino: u64,
+        _ino: u64,
         t: &Transcript,
     ) -> FsResult<crate::store::TranscriptAttr> {
-        let before = t.cached_attr().plain_len;
-        let view = t.refresh()?;
-        if view.plain_len > before {
-            self.send_invalidation(ino, Some(before));
-        }
-        Ok(view)
+        Ok(t.refresh()?)
     }
 
     /// Tells the kernel what a commit changed for `ino`
@@ -304,7 +299,11 @@ impl SessionFs {
         match committed {
             Committed::Nothing => {}
             Committed::Batch => self.send_invalidation(ino, None),
-            Committed::Dropped => self.send_invalidation(ino, Some(0)),
+            // Nothing is sent for a dropped batch: the reply of the request
+            // under way (a getattr, a read) carries the new size, and an
+            // invalidation reaching the kernel meanwhile would make it
+            // discard that reply (see `refresh_view`).
+            Committed::Dropped => {}
         }
     }
 
@@ -577,16 +576,6 @@ impl SessionFs {
                     }
                     other => other?,
                 };
-                // Lines pending in this mount's handles are committed
-                // first (earlier than their batch window, which MOUNT.md
-                // allows), so that the size reported never counts a batch
-                // that another mount's commit could still make this one
-                // drop: the kernel would fill reads up to that size with
-                // zeros. Those still pending (a commit that failed and is
-                // retried) are counted, as MOUNT.md (Attributes) says.
-                if self.pending_len_of(ino) > 0 {
-                    self.commit_pending_of(ino);
-                }
                 let view = self.refresh_view(ino, &t)?;
                 let mut a = attr_of(ino, &view.meta);
                 a.size = view.plain_len + self.pending_len_of(ino);

@@ -391,8 +391,7 @@ impl Model {
 
     /// The transcript's size as lookup and getattr report it: the committed
     /// length plus the complete lines pending in the handles (MOUNT.md,
-    /// Attributes); they commit pending lines first, so only lines whose
-    /// commit failed and waits for a retry remain.
+    /// Attributes).
     fn size(&self) -> u64 {
         let pending: usize = self.handles.iter().map(|h| h.pending.len()).sum();
         (self.committed.len() + pending) as u64
@@ -474,13 +473,10 @@ fn run_model(ops: &[Op]) -> Model {
                     f.fs.lookup(session.ino, OsStr::new("session.jsonl"))
                         .unwrap();
                 assert_eq!(view.ino, f.ino, "{ctx}: a lookup gives the same inode");
-                // Its attributes commit the pending lines first.
-                commit_for_reader(&f, &mut m, &ctx);
                 assert_eq!(view.size, m.size(), "{ctx}: size");
             }
             Op::Getattr => {
                 let a = f.fs.getattr(f.ino).unwrap();
-                commit_for_reader(&f, &mut m, &ctx);
                 assert_eq!(a.size, m.size(), "{ctx}: size");
             }
             Op::OpenWriter { append } => {
@@ -560,7 +556,6 @@ fn run_model(ops: &[Op]) -> Model {
                     // A reader's transcript is refreshed by the getattr the
                     // kernel makes before reading (its size bounds the read).
                     f.fs.getattr(f.ino).unwrap();
-                    commit_for_reader(&f, &mut m, &ctx);
                 }
                 let len = m.committed.len() as u64;
                 let offset = u64::from(offset) % (len + 64);
