@@ -299,10 +299,9 @@ impl SessionFs {
         match committed {
             Committed::Nothing => {}
             Committed::Batch => self.send_invalidation(ino, None),
-            // Nothing is sent for a dropped batch: the reply of the request
-            // under way (a getattr, a read) carries the new size, and an
-            // invalidation reaching the kernel meanwhile would make it
-            // discard that reply (see `refresh_view`).
+            // Nothing is sent for a dropped batch: an invalidation that
+            // reaches the kernel while a getattr or read of the file is
+            // answered makes it discard that answer (see `refresh_view`).
             Committed::Dropped => {}
         }
     }
@@ -704,16 +703,6 @@ impl SessionFs {
             self.commit_pending_of(ino);
         }
         let mut data = t.read(offset, size)?;
-        if end > t.cached_attr().plain_len && offset + (data.len() as u64) < end {
-            // Short of what was asked: frames may have been appended on
-            // disk since the view was last refreshed, among them another
-            // mount's batch that took the place of one of ours dropped at
-            // commit (the kernel may have been told the file reached that
-            // far). What is on disk now is served rather than a short
-            // reply, which the kernel could fill with zeros.
-            self.refresh_view(ino, t)?;
-            data = t.read(offset, size)?;
-        }
         let got_to = offset + data.len() as u64;
         if got_to < end {
             let committed = t.cached_attr().plain_len;
