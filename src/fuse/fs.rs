@@ -56,10 +56,6 @@ pub type Listing = Arc<Vec<(u64, DirEntry)>>;
 /// freed heap memory back to the kernel at once.
 const RETURN_MEMORY_AT: u64 = 1 << 20;
 
-/// A kernel cache invalidation of a transcript: its inode, and the view
-/// offset from which its cached pages go too (`None`: attributes only).
-pub type Invalidation = (u64, Option<u64>);
-
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
 
@@ -136,7 +132,7 @@ pub struct SessionFs {
     pub(super) batch_window: Duration,
     /// Inodes whose attributes the kernel must drop (sent by a thread
     /// outside the request handlers: MOUNT.md, Details).
-    pub(super) invalidate: Mutex<Option<Sender<Invalidation>>>,
+    pub(super) invalidate: Mutex<Option<Sender<u64>>>,
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     /// Keyed by inode and, for per-user views, the caller's view key.
@@ -256,53 +252,27 @@ impl SessionFs {
         self.single_caller = yes;
     }
 
-    /// Sends the kernel cache invalidations of transcripts to `tx` (a
-    /// thread that owns the kernel notifier): `(inode, None)` after a
-    /// commit, attributes only. `(inode, Some(offset))` would drop cached
-    /// pages from `offset` too; nothing sends it today (see
-    /// [`SessionFs::refresh_view`] for why invalidations are kept few).
-    pub fn set_invalidation_channel(&self, tx: Sender<Invalidation>) {
+    /// Sends attribute invalidations of committed transcripts to `tx` (a
+    /// thread that owns the kernel notifier). Only commits send one: an
+    /// invalidation that reaches the kernel while a getattr of the same
+    /// file is answered makes it discard that answer, so a reader on a
+    /// mount whose transcript keeps growing elsewhere would be given the
+    /// old size again and again.
+    pub fn set_invalidation_channel(&self, tx: Sender<u64>) {
         *self.invalidate.lock() = Some(tx);
     }
 
     pub(super) fn invalidate_attrs(&self, ino: u64) {
-        self.send_invalidation(ino, None);
-    }
-
-    fn send_invalidation(&self, ino: u64, pages_from: Option<u64>) {
         if let Some(tx) = self.invalidate.lock().as_ref() {
-            let _ = tx.send((ino, pages_from));
+            let _ = tx.send(ino);
         }
     }
 
-    /// Refreshes the view of transcript `t` (inode `ino`) from disk.
-    ///
-    /// No kernel invalidation is sent here: one that reaches the kernel
-    /// while the getattr it serves is under way makes the kernel discard
-    /// that getattr's reply (its attribute version moved), so a reader on
-    /// a mount whose transcript keeps growing elsewhere would be given the
-    /// old size again and again.
-    ///
-    /// Errors: the store's refresh errors.
-    pub(super) fn refresh_view(
-        &self,
-        _ino: u64,
-        t: &Transcript,
-    ) -> FsResult<crate::store::TranscriptAttr> {
-        Ok(t.refresh()?)
-    }
-
-    /// Tells the kernel what a commit changed for `ino`
+    /// Tells the kernel that a commit changed `ino`'s attributes
     /// ([`SessionFs::set_invalidation_channel`]).
     pub(super) fn after_commit_of(&self, ino: u64, committed: &super::writer::Committed) {
-        use super::writer::Committed;
-        match committed {
-            Committed::Nothing => {}
-            Committed::Batch => self.send_invalidation(ino, None),
-            // Nothing is sent for a dropped batch: an invalidation that
-            // reaches the kernel while a getattr or read of the file is
-            // answered makes it discard that answer (see `refresh_view`).
-            Committed::Dropped => {}
+        if let super::writer::Committed::Batch = committed {
+            self.invalidate_attrs(ino);
         }
     }
 
@@ -575,7 +545,7 @@ impl SessionFs {
                     }
                     other => other?,
                 };
-                let view = self.refresh_view(ino, &t)?;
+                let view = t.refresh()?;
                 let mut a = attr_of(ino, &view.meta);
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)

@@ -246,14 +246,9 @@ impl SessionFs {
     }
 
     fn after_commit(&self, w: &Writer, result: &FsResult<Committed>) {
-        match result {
-            Ok(Committed::Batch) => {
-                self.committed_in(&w.session_dir());
-                self.invalidate_attrs(w.ino);
-            }
-            // A dropped batch: the size shrank.
-            Err(FsError::Earlier(_)) => self.after_commit_of(w.ino, &Committed::Dropped),
-            _ => {}
+        if let Ok(Committed::Batch) = result {
+            self.committed_in(&w.session_dir());
+            self.invalidate_attrs(w.ino);
         }
     }
 

@@ -250,7 +250,7 @@ pub fn run_mount(
     core.set_pending_budget(config.pending_budget);
     core.set_single_caller(!(config.allow_other || config.allow_root));
     let core = Arc::new(core);
-    let (invalidations, invalidated) = std::sync::mpsc::channel::<super::fs::Invalidation>();
+    let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
     settings.insert("ro".into(), read_only.into());
@@ -328,11 +328,8 @@ pub fn run_mount(
     // request handler (MOUNT.md, Details; FUSE-NOTES §3).
     let notifier = session.notifier();
     spawn_named("sessionfs-notify", move || {
-        for (ino, pages_from) in invalidated {
-            // Offset -1: attributes only; an offset with length 0:
-            // attributes and the cached pages from there to the end.
-            let offset = pages_from.map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
-            let _ = notifier.inval_inode(fuser::INodeNo(ino), offset, 0);
+        for ino in invalidated {
+            let _ = notifier.inval_inode(fuser::INodeNo(ino), -1, 0);
         }
     })?;
     let background = session

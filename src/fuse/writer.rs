@@ -75,21 +75,6 @@ pub enum Committed {
     Nothing,
     /// A batch was written (or a session published).
     Batch,
-    /// Pending lines were dropped (the batch no longer continued the
-    /// transcript, or an error at release): the size the mount reported
-    /// included them, and readers may hold pages of them.
-    Dropped,
-}
-
-/// What a failed commit means for the kernel's caches: a dropped batch
-/// (`commit_pending` answers `FsError::Earlier`) is gone; after any other
-/// failure the lines stay pending, so nothing the mount showed changed.
-fn dropped_or_nothing(e: &FsError) -> Committed {
-    if matches!(e, FsError::Earlier(_)) {
-        Committed::Dropped
-    } else {
-        Committed::Nothing
-    }
 }
 
 impl Drop for Writer {
@@ -314,7 +299,7 @@ impl Writer {
                     self.session_dir().display(),
                     e.errno()
                 );
-                Committed::Dropped
+                Committed::Nothing
             }
         };
         if !p.partial.is_empty() {
@@ -343,7 +328,7 @@ impl Writer {
             return Committed::Nothing;
         }
         self.commit_locked(store, &mut p)
-            .unwrap_or_else(|e| dropped_or_nothing(&e))
+            .unwrap_or(Committed::Nothing)
     }
 
     /// The bytes accepted on this handle and not committed: pending
@@ -386,9 +371,8 @@ impl Writer {
         match self.commit_locked(store, &mut p) {
             Ok(c) => c,
             Err(e) => {
-                let c = dropped_or_nothing(&e);
                 p.failed = Some(Arc::new(e));
-                c
+                Committed::Nothing
             }
         }
     }
