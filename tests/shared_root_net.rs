@@ -569,24 +569,17 @@ fn check_race_result(
         unacked.is_empty(),
         "{label}: stored lines no writer saw acknowledged: {unacked:?}"
     );
-    // Progress: every writer had batches acknowledged, and all of them
-    // together at least `min_per_writer` lines a writer. How the lines
-    // split between writers is not promised (the lock file is not a
-    // queue, and a machine whose client caches attributes reads a stale
-    // tail more often); it is printed above.
-    let total: usize = reports.iter().map(|r| r.acked.len()).sum();
+    // Progress: every writer got at least `min_per_writer` lines
+    // acknowledged (each mount learns another machine's appends from the
+    // server, so no machine's writers keep reading a stale tail).
     for r in reports {
         assert!(
-            !r.acked.is_empty(),
-            "{label}: writer {} got no line acknowledged in the race",
-            r.name
+            r.acked.len() >= min_per_writer,
+            "{label}: writer {} got {} lines acknowledged in the race, at least {min_per_writer} wanted",
+            r.name,
+            r.acked.len()
         );
     }
-    assert!(
-        total >= min_per_writer * reports.len(),
-        "{label}: {total} lines acknowledged in all, at least {} wanted",
-        min_per_writer * reports.len()
-    );
     // The reference loads the session (on a local copy of the root).
     let copy = tempdir("sessionfs-net-oracle-");
     copy_tree(backing_root, &copy.path().join("root"));
@@ -809,6 +802,18 @@ fn creation_races_across_two_sshfs_machines_have_one_winner() {
 #[test]
 fn tail_f_on_one_sshfs_machine_follows_appends_on_the_other_within_3_s() {
     let _serial = serial();
+    tail_f_across_sshfs(SSHFS_RECOMMENDED, "sshfs recommended options");
+}
+
+/// The same with sshfs's default cache options, whose `stat` answers from
+/// a cache for up to 20 s: the mount learns the length from the server.
+#[test]
+fn tail_f_follows_the_other_machine_within_3_s_with_sshfs_default_cache() {
+    let _serial = serial();
+    tail_f_across_sshfs(&[], "sshfs default cache");
+}
+
+fn tail_f_across_sshfs(sshfs_options: &[&str], label: &str) {
     let tmp = tempdir("sessionfs-net-");
     let backing = tmp.path().join("root");
     copy_tree(&corpus_dir().join("unpacked/root"), &backing);
@@ -820,8 +825,8 @@ fn tail_f_on_one_sshfs_machine_follows_appends_on_the_other_within_3_s() {
         .map(seq_of)
         .unwrap();
     let sshd = Sshd::start();
-    let c1 = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
-    let c2 = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    let c1 = sshd.sshfs(&backing, sshfs_options);
+    let c2 = sshd.sshfs(&backing, sshfs_options);
     let writer = mount_a(c1.path(), &[]);
     let follower = mount_b(c2.path(), &[]);
     let child = Command::new("tail")
@@ -878,12 +883,12 @@ fn tail_f_on_one_sshfs_machine_follows_appends_on_the_other_within_3_s() {
         let ok = wait_for(line.as_bytes(), Duration::from_secs(3));
         assert!(
             ok,
-            "tail -f on machine B did not show line {i} appended on machine A within 3 s; it printed:\n{}",
+            "{label}: tail -f on machine B did not show line {i} appended on machine A within 3 s; it printed:\n{}",
             String::from_utf8_lossy(&seen.lock().unwrap())
         );
         took.push(appended.elapsed());
     }
-    eprintln!("tail -f across sshfs machines saw the appends after {took:?}");
+    eprintln!("{label}: tail -f across sshfs machines saw the appends after {took:?}");
     drop(tail);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !reader.is_finished() && Instant::now() < deadline {

@@ -57,7 +57,6 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,6 +66,7 @@ use std::time::Duration;
 use super::classify::{classify, Failure, WalkEnd};
 use super::error::{Result, StoreError};
 use super::frame::{encode_frame, walk_frame, FrameError, FrameInfo, FrameKind, Step};
+use super::fresh::statx_at;
 use super::fskind::{self, CommitProtocol};
 use super::lease::{self, HolderId, LeaseConfig, LockGuard};
 use super::lines::SeqCursor;
@@ -325,29 +325,6 @@ fn open_rw(path: &Path) -> Result<File> {
         .custom_flags(libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| StoreError::io("open for append", path, e))
-}
-
-/// (device, inode, size) by `statx`, forcing the client to ask its server
-/// on a remote protocol. `path` relative to `fd` (empty: the fd itself).
-fn statx_at(fd: i32, path: &Path, protocol: CommitProtocol) -> io::Result<(u64, u64, u64)> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mut flags = libc::AT_STATX_SYNC_AS_STAT;
-    if path.as_os_str().is_empty() {
-        flags |= libc::AT_EMPTY_PATH;
-    }
-    if protocol == CommitProtocol::Remote {
-        flags |= libc::AT_STATX_FORCE_SYNC;
-    }
-    // SAFETY: a zeroed statx is a valid value; `c` is a valid C string and
-    // `fd` an open descriptor (or AT_FDCWD).
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::statx(fd, c.as_ptr(), flags, libc::STATX_BASIC_STATS, &mut st) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
-    Ok((dev, st.stx_ino, st.stx_size))
 }
 
 /// Makes sure the path names the open file, reopening it when it does not

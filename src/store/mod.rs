@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod error;
 pub mod frame;
+pub mod fresh;
 pub mod fskind;
 pub mod header;
 pub mod index;

@@ -19,6 +19,8 @@ use super::classify::Damage;
 use super::decode::{self, HeaderFrameError};
 use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameCursor};
+use super::fresh;
+use super::fskind::{self, CommitProtocol};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
@@ -126,6 +128,9 @@ pub struct Transcript {
     cache: Arc<FrameCache>,
     /// Where frame indexes are persisted, if anywhere.
     index_dir: Option<PathBuf>,
+    /// How far the client of the file system holding it is trusted:
+    /// growth is learned from the server on [`CommitProtocol::Remote`].
+    protocol: CommitProtocol,
     state: RwLock<State>,
     frames_decoded: Arc<AtomicU64>,
     /// End of the last read (view offset): a read starting there is
@@ -166,10 +171,12 @@ impl Transcript {
     ) -> Result<Transcript> {
         let frames_decoded = Arc::new(AtomicU64::new(0));
         let state = build_state(path, encoding, &frames_decoded, index_dir.as_deref())?;
+        let protocol = fskind::protocol_for(path.parent().unwrap_or(Path::new(".")));
         Ok(Transcript {
             path: path.to_path_buf(),
             encoding,
             index_dir,
+            protocol,
             cache,
             state: RwLock::new(state),
             frames_decoded,
@@ -252,12 +259,15 @@ impl Transcript {
 
     /// Re-stats the backing file and follows it: growth extends the view
     /// from where it ended; a replaced file (other device or inode) or a
-    /// shorter one is opened and validated again.
+    /// shorter one is opened and validated again. On a network client the
+    /// length comes from the server ([`fresh::server_metadata`]), so that
+    /// another machine's appends show at once, not after the client's
+    /// attribute cache expires (20 s for sshfs's defaults).
     ///
     /// Errors: as [`Transcript::open`] when the file must be re-read.
     pub fn refresh(&self) -> Result<TranscriptAttr> {
-        let meta =
-            std::fs::metadata(&self.path).map_err(|e| StoreError::io("stat", &self.path, e))?;
+        let meta = fresh::server_metadata(&self.path, self.protocol)
+            .map_err(|e| StoreError::io("stat", &self.path, e))?;
         {
             let st = self.state.read();
             if FileIdent::of(&meta) == st.ident && meta.len() == st.meta.len() {
