@@ -333,6 +333,9 @@ impl SessionFs {
     /// directories and read permission on its transcript (issue 9). Every
     /// view of sessions filters with this.
     pub fn visible_to(&self, caller: &Caller, project: &OsStr, session: &OsStr) -> bool {
+        if caller.uid == 0 {
+            return true; // root may read everything (Caller::may)
+        }
         let project_dir = self.store.backing_path(Path::new(project));
         let session_dir = project_dir.join(session);
         let transcript = session_dir.join(self.store.encoding().file_name());
@@ -832,31 +835,27 @@ impl SessionFs {
         ];
         // A listing names each entry's number without holding it: the
         // held number, else one derived from its path.
-        let mut add = |name: OsString, kind: Kind, _node: Node| {
+        let mut add = |name: OsString, kind: Kind| {
             let child = path.join(&name);
             let ino = self.inodes.listed(&child, super::inode::path_ino(&child));
             entries.push(DirEntry { ino, kind, name });
         };
         match node {
             Node::Root => {
-                add(BY_ID_DIR.into(), Kind::Dir, Node::ById);
+                add(BY_ID_DIR.into(), Kind::Dir);
                 for view in ViewKind::ALL {
-                    let node = Node::ViewDir {
-                        view,
-                        rel: String::new(),
-                    };
-                    add(view.dir_name().into(), Kind::Dir, node);
+                    add(view.dir_name().into(), Kind::Dir);
                 }
                 let mut names = self.store.list_projects()?;
                 names.extend(self.virtual_children(&path, &names));
                 for project in names {
-                    add(project.clone(), Kind::Dir, Node::Project { project });
+                    add(project, Kind::Dir);
                 }
             }
             Node::ViewDir { view, rel } => {
                 let visible = |f: &ViewFacts| self.visible_to(caller, &f.project, &f.session);
-                for (name, kind, node) in self.view_list(view, &rel, &visible)? {
-                    add(name.into(), kind, node);
+                for (name, kind) in self.view_list(view, &rel, &visible)? {
+                    add(name.into(), kind);
                 }
             }
             Node::ById => {
@@ -864,7 +863,7 @@ impl SessionFs {
                     if !self.visible_to(caller, &project, &session) {
                         continue;
                     }
-                    add(name, Kind::Symlink, Node::ByIdLink { project, session });
+                    add(name, Kind::Symlink);
                 }
             }
             Node::Project { project } => {
@@ -882,20 +881,11 @@ impl SessionFs {
                         }),
                 );
                 for e in listed {
-                    let node = match e.kind {
-                        EntryKind::Dir => Node::Session {
-                            project: project.clone(),
-                            session: e.name.clone(),
-                        },
-                        _ => Node::Passthrough {
-                            rel: path.join(&e.name),
-                        },
-                    };
                     let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
-                    add(e.name, kind, node);
+                    add(e.name, kind);
                 }
             }
-            Node::Session { project, session } => {
+            Node::Session { .. } => {
                 let listed = match self.store.list_session_dir(&path, true) {
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&path) => Vec::new(),
                     other => other?,
@@ -905,34 +895,20 @@ impl SessionFs {
                 // a file of that name on disk, as lookup does.
                 let rendered = listed.iter().any(|e| e.kind == EntryKind::Transcript);
                 if rendered {
-                    let node = Node::Rendered {
-                        project: project.clone(),
-                        session: session.clone(),
-                    };
-                    add(super::rendered::RENDERED_NAME.into(), Kind::File, node);
+                    add(super::rendered::RENDERED_NAME.into(), Kind::File);
                 }
                 for e in listed {
                     if rendered && e.name == super::rendered::RENDERED_NAME {
                         continue;
                     }
-                    let node = match e.kind {
-                        EntryKind::Transcript => Node::Transcript {
-                            project: project.clone(),
-                            session: session.clone(),
-                        },
-                        _ => Node::Passthrough {
-                            rel: path.join(&e.name),
-                        },
-                    };
                     let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
-                    add(e.name, kind, node);
+                    add(e.name, kind);
                 }
             }
             Node::Passthrough { .. } => {
                 for e in self.store.list_session_dir(&path, false)? {
-                    let rel = path.join(&e.name);
-                    let kind = kind_of_entry(e.kind, &self.store.backing_path(&rel));
-                    add(e.name, kind, Node::Passthrough { rel });
+                    let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
+                    add(e.name, kind);
                 }
             }
             Node::Transcript { .. }

@@ -72,21 +72,19 @@ impl SessionFs {
         view: ViewKind,
         rel: &str,
         visible: Visible,
-    ) -> FsResult<Vec<(String, Kind, Node)>> {
+    ) -> FsResult<Vec<(String, Kind)>> {
         let snap = self.views.snapshot(&self.store)?;
         let tree = snap.tree(view);
         let dir = tree.dir(rel).ok_or(FsError::NoEntry)?;
         let mut out = Vec::with_capacity(dir.subdirs.len() + dir.members.len());
         for name in &dir.subdirs {
-            let rel = join(rel, name);
-            if tree.shows_any(&rel, &snap.sessions, visible) {
-                out.push((name.clone(), Kind::Dir, Node::ViewDir { view, rel }));
+            if tree.shows_any(&join(rel, name), &snap.sessions, visible) {
+                out.push((name.clone(), Kind::Dir));
             }
         }
         for (name, &i) in snap.links(view, dir) {
             if visible(&snap.sessions[i]) {
-                let rel = join(rel, name);
-                out.push((name.clone(), Kind::Symlink, Node::ViewLink { view, rel }));
+                out.push((name.clone(), Kind::Symlink));
             }
         }
         Ok(out)
