@@ -6,7 +6,10 @@
 //! Source: FORMAT.md ("Transcript encoding": content size and window size
 //! are claims; checksums are verified), RFC 8878 §3.1.1.
 
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
+use std::sync::Mutex;
+
+use zstd::zstd_safe::{DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 
 use super::frame::{FrameError, FrameInfo, FrameKind, ReadAt};
 use super::limits::{MAX_LINE_BYTES, MAX_WINDOW_LOG};
@@ -53,11 +56,54 @@ impl<R: ReadAt + ?Sized> Read for Span<'_, R> {
 /// The checksum (if the frame has one) is verified when the end is read:
 /// only a reader that reached `Ok(0)` has verified bytes. Reading more than
 /// the frame's blocks can hold is an error.
+///
+/// The zstd decompression context comes from a small pool and goes back
+/// to it when the reader is dropped: making one costs more than decoding
+/// a small frame (measured: 39% of a `doctor` run over 10,000 sessions).
 pub struct FrameReader<'a, R: ReadAt + ?Sized> {
-    decoder: zstd::stream::read::Decoder<'static, BufReader<Span<'a, R>>>,
+    ctx: Option<DCtx<'static>>,
+    src: Span<'a, R>,
+    /// Compressed bytes read from `src`; `input[in_pos..in_len]` is not
+    /// consumed yet.
+    input: Box<[u8]>,
+    in_pos: usize,
+    in_len: usize,
+    src_done: bool,
+    frame_done: bool,
     produced: u64,
     limit: u64,
     offset: u64,
+}
+
+/// Decompression contexts kept for reuse: at most [`POOL_SIZE`], each at
+/// most [`POOL_CTX_BYTES`] (a context keeps the window buffer of the
+/// largest frame it decoded).
+static POOL: Mutex<Vec<DCtx<'static>>> = Mutex::new(Vec::new());
+const POOL_SIZE: usize = 8;
+const POOL_CTX_BYTES: usize = 4 << 20;
+
+/// A decompression context from the pool, or a new one.
+fn take_context() -> io::Result<DCtx<'static>> {
+    let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    match pooled {
+        Some(ctx) => Ok(ctx),
+        None => DCtx::try_create()
+            .ok_or_else(|| io::Error::other("cannot allocate a zstd decompression context")),
+    }
+}
+
+impl<R: ReadAt + ?Sized> Drop for FrameReader<'_, R> {
+    fn drop(&mut self) {
+        let Some(mut ctx) = self.ctx.take() else {
+            return;
+        };
+        if ctx.sizeof() <= POOL_CTX_BYTES && ctx.reset(ResetDirective::SessionOnly).is_ok() {
+            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < POOL_SIZE {
+                pool.push(ctx);
+            }
+        }
+    }
 }
 
 /// A bounded streaming decoder of the data frame `info` of `src` (as
@@ -83,18 +129,27 @@ pub fn open<'a, R: ReadAt + ?Sized>(
         offset: info.offset,
         reason: e.to_string(),
     };
-    let mut decoder = zstd::stream::read::Decoder::new(span)
-        .map_err(corrupt)?
-        .single_frame();
-    decoder
-        .set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(MAX_WINDOW_LOG))
-        .map_err(corrupt)?;
+    let mut ctx = take_context().map_err(corrupt)?;
+    ctx.set_parameter(DParameter::WindowLogMax(MAX_WINDOW_LOG))
+        .map_err(|code| corrupt(zstd_error(code)))?;
     Ok(FrameReader {
-        decoder,
+        ctx: Some(ctx),
+        src: span,
+        input: vec![0u8; CHUNK].into_boxed_slice(),
+        in_pos: 0,
+        in_len: 0,
+        src_done: false,
+        // A skippable frame (an empty span) has no content.
+        frame_done: end == info.offset,
         produced: 0,
         limit,
         offset: info.offset,
     })
+}
+
+/// A zstd error code as an `io::Error` named like the zstd crate's.
+fn zstd_error(code: usize) -> io::Error {
+    io::Error::other(zstd::zstd_safe::get_error_name(code))
 }
 
 /// Turns an error of a [`FrameReader`] into a [`FrameError`]: the file's
@@ -120,6 +175,49 @@ pub fn frame_error(offset: u64, e: io::Error) -> FrameError {
 }
 
 impl<R: ReadAt + ?Sized> FrameReader<'_, R> {
+    /// Decodes into `buf` until it holds something or the frame ended
+    /// (`Ok(0)`, checksum verified). The file's read errors come wrapped
+    /// in [`ReadFailed`]; a frame cut short is `UnexpectedEof`.
+    fn decode_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() || self.frame_done {
+            return Ok(0);
+        }
+        let Some(ctx) = self.ctx.as_mut() else {
+            return Ok(0);
+        };
+        loop {
+            if self.in_pos == self.in_len && !self.src_done {
+                let n = loop {
+                    match self.src.read(&mut self.input) {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        r => break r?,
+                    }
+                };
+                self.in_pos = 0;
+                self.in_len = n;
+                self.src_done = n == 0;
+            }
+            let mut input = InBuffer::around(&self.input[self.in_pos..self.in_len]);
+            let mut output = OutBuffer::around(&mut *buf);
+            let hint = ctx
+                .decompress_stream(&mut output, &mut input)
+                .map_err(zstd_error)?;
+            self.in_pos += input.pos();
+            let n = output.pos();
+            // 0: the frame is decoded, its checksum verified, all flushed.
+            self.frame_done = hint == 0;
+            if n > 0 || self.frame_done {
+                return Ok(n);
+            }
+            if self.src_done && self.in_pos == self.in_len {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "incomplete frame",
+                ));
+            }
+        }
+    }
+
     /// Decompressed bytes read so far.
     pub fn produced(&self) -> u64 {
         self.produced
@@ -127,13 +225,9 @@ impl<R: ReadAt + ?Sized> FrameReader<'_, R> {
 
     /// Reads into `buf` like [`Read::read`], with errors as [`FrameError`].
     pub fn read_frame(&mut self, buf: &mut [u8]) -> Result<usize, FrameError> {
-        let n = loop {
-            match self.decoder.read(buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(frame_error(self.offset, e)),
-            }
-        };
+        let n = self
+            .decode_some(buf)
+            .map_err(|e| frame_error(self.offset, e))?;
         self.produced += n as u64;
         if self.produced > self.limit {
             return Err(FrameError::Corrupt {
