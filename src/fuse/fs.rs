@@ -834,10 +834,18 @@ impl SessionFs {
             },
         ];
         // A listing names each entry's number without holding it: the
-        // held number, else one derived from its path.
+        // held number, else one derived from its path. The mount's own
+        // views are never renamed or linked: their number is always the
+        // derived one (`ino_of`), so the table is not asked.
+        let derived_only = matches!(node, Node::ViewDir { .. } | Node::ById);
         let mut add = |name: OsString, kind: Kind| {
             let child = path.join(&name);
-            let ino = self.inodes.listed(&child, super::inode::path_ino(&child));
+            let derived = super::inode::path_ino(&child);
+            let ino = if derived_only {
+                derived
+            } else {
+                self.inodes.listed(&child, derived)
+            };
             entries.push(DirEntry { ino, kind, name });
         };
         match node {

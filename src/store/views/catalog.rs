@@ -214,7 +214,8 @@ fn rescan(
     let mut stamps_changed = false;
     let mut changed = false;
     let before = projects.len();
-    projects.retain(|name, _| names.contains(name));
+    let present: std::collections::HashSet<&OsString> = names.iter().collect();
+    projects.retain(|name, _| present.contains(name));
     changed |= projects.len() != before;
     for name in names {
         let path = store.root().join(&name);
