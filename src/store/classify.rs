@@ -17,7 +17,7 @@
 
 use super::decode;
 use super::frame::{walk_frame, FrameError, FrameInfo, FrameKind, ReadAt, Step, ZSTD_MAGIC};
-use super::limits::{SCAN_CANDIDATES, SCAN_DECODE_BUDGET};
+use super::limits::{SCAN_BYTES, SCAN_CANDIDATES, SCAN_DECODE_BUDGET};
 
 /// How a frame walk ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub enum Failure {
 /// size may be wrong), the search for verifiable data starts inside it, and
 /// if verifiable data starts before `at`, the damage is put at that frame.
 /// The search costs reads of 64 KiB and the decoding of candidate frames,
-/// bounded by [`SCAN_CANDIDATES`] and [`SCAN_DECODE_BUDGET`]; when the
+/// bounded by [`SCAN_BYTES`], [`SCAN_CANDIDATES`] and [`SCAN_DECODE_BUDGET`]; when the
 /// budget runs out the failure is called damage (never a torn tail).
 ///
 /// Errors: [`FrameError::Io`] when reading fails (never classified).
@@ -198,7 +198,11 @@ fn find_verifiable<R: ReadAt + ?Sized>(
     let mut candidates = 0usize;
     let mut decoded = 0u64;
     let mut pos = from;
+    let finder = memchr::memmem::Finder::new(&magic);
     while pos + 4 <= file_len {
+        if pos - from > SCAN_BYTES {
+            return Ok(Found::GaveUp);
+        }
         let want = ((file_len - pos) as usize).min(buf.len());
         let mut got = 0;
         while got < want {
@@ -213,10 +217,7 @@ fn find_verifiable<R: ReadAt + ?Sized>(
         if got < 4 {
             break;
         }
-        for i in 0..=got - 4 {
-            if buf[i..i + 4] != magic {
-                continue;
-            }
+        for i in finder.find_iter(&buf[..got]) {
             let at = pos + i as u64;
             candidates += 1;
             if candidates > SCAN_CANDIDATES || decoded > SCAN_DECODE_BUDGET {
@@ -265,6 +266,56 @@ mod tests {
 
     fn walk_all(file: &[u8]) -> WalkEnd {
         walk(file, 0, file.len() as u64, None, |_| true).unwrap()
+    }
+
+    /// A file of `head` followed by zeros up to `len` bytes (a sparse file
+    /// of that size, without the disk).
+    struct Zeros {
+        head: Vec<u8>,
+        len: u64,
+        read: std::cell::Cell<u64>,
+    }
+
+    impl ReadAt for Zeros {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            let n = buf.len().min(self.len.saturating_sub(offset) as usize);
+            buf[..n].fill(0);
+            if let Some(head) = self.head.get(offset as usize..) {
+                let k = head.len().min(n);
+                buf[..k].copy_from_slice(&head[..k]);
+            }
+            self.read.set(self.read.get() + n as u64);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn gigabytes_of_zeros_after_a_frame_are_given_up_after_the_scan_budget() {
+        let (head, _) = frames(&[b"h\n"]);
+        let at = head.len() as u64;
+        let src = Zeros {
+            head,
+            len: 30 << 30,
+            read: std::cell::Cell::new(0),
+        };
+        let end = walk(&src, 0, src.len, None, |_| true).unwrap();
+        match end {
+            WalkEnd::Damaged(d) => {
+                assert_eq!(d.at, at);
+                assert!(!d.nothing_verifiable_follows, "{d:?}");
+                assert!(
+                    d.reason.contains("could not all be examined"),
+                    "{}",
+                    d.reason
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let read = src.read.get();
+        assert!(
+            read <= SCAN_BYTES + (1 << 20),
+            "{read} bytes read of a 30 GiB file; the budget is {SCAN_BYTES}"
+        );
     }
 
     #[test]
