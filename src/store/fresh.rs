@@ -71,3 +71,37 @@ pub fn server_metadata(path: &Path, protocol: CommitProtocol) -> io::Result<Meta
     statx_at(file.as_raw_fd(), Path::new(""), protocol)?;
     file.metadata()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn both_protocols_see_the_file_as_it_is_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(b"0123456789").unwrap();
+        for protocol in [CommitProtocol::Local, CommitProtocol::Remote] {
+            let m = server_metadata(&path, protocol).unwrap();
+            let plain = std::fs::metadata(&path).unwrap();
+            assert_eq!((m.len(), m.ino(), m.dev()), (10, plain.ino(), plain.dev()));
+            let (dev, ino, size) = statx_at(libc::AT_FDCWD, &path, protocol).unwrap();
+            assert_eq!((dev, ino, size), (plain.dev(), plain.ino(), 10));
+        }
+        f.write_all(b"abc").unwrap();
+        assert_eq!(
+            server_metadata(&path, CommitProtocol::Remote)
+                .unwrap()
+                .len(),
+            13
+        );
+        let gone = dir.path().join("gone");
+        for protocol in [CommitProtocol::Local, CommitProtocol::Remote] {
+            let e = server_metadata(&gone, protocol).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        }
+    }
+}
