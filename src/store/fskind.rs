@@ -336,13 +336,20 @@ pub fn detect(root: &Path) -> FsInfo {
         );
         kind = forced;
     }
-    FsInfo {
+    let info = FsInfo {
         root: root.to_path_buf(),
         kind,
         magic,
         fstype,
         mount_point: mount.map(|(m, _)| m),
+    };
+    if let Ok(meta) = std::fs::metadata(root) {
+        protocols()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(meta.dev(), info.protocol());
     }
+    info
 }
 
 /// The kind named by `SESSIONFS_FS_KIND` (a name of [`SUPPORT`], e.g.
@@ -441,22 +448,27 @@ fn unescape_octal(s: &str) -> std::ffi::OsString {
     std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&out))
 }
 
-/// The commit protocol for the file system holding `path`, detected once
-/// per device (st_dev) and cached for the life of the process; logs the
-/// kind once. A path that cannot be examined gets
-/// [`CommitProtocol::Remote`].
-pub fn protocol_for(path: &Path) -> CommitProtocol {
+/// Protocols already detected, by device (`st_dev`).
+fn protocols() -> &'static Mutex<HashMap<u64, CommitProtocol>> {
     static CACHE: OnceLock<Mutex<HashMap<u64, CommitProtocol>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The commit protocol for the file system holding `path`, detected once
+/// per device (st_dev) and cached for the life of the process (a
+/// [`detect`] of a root fills the cache too); logs the kind once. A path
+/// that cannot be examined gets [`CommitProtocol::Remote`].
+pub fn protocol_for(path: &Path) -> CommitProtocol {
     let Ok(meta) = std::fs::metadata(path) else {
         return CommitProtocol::Remote;
     };
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(p) = cache
+    let cached = protocols()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(&meta.dev())
-    {
-        return *p;
+        .copied();
+    if let Some(p) = cached {
+        return p;
     }
     let info = detect(path);
     let protocol = info.protocol();
@@ -464,10 +476,6 @@ pub fn protocol_for(path: &Path) -> CommitProtocol {
         "{} lives on {info}: commit protocol {protocol:?}",
         path.display()
     );
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(meta.dev(), protocol);
     protocol
 }
 

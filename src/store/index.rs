@@ -233,6 +233,9 @@ impl FrameIndex {
             walked_to,
             ..FrameIndex::default()
         };
+        // `count` is proven by the length of the bytes read (above), so
+        // the reservation is bounded by what is in memory already.
+        index.frames.reserve_exact(count);
         let mut compressed_end = 0;
         for i in 0..count {
             let at = 16 + i * 33;
