@@ -28,6 +28,10 @@ pub const INSTALLED: &str = "/usr/local/bin/sessionfs";
 /// earlier build's); panics on a real file there (an installed release,
 /// which a test must not replace).
 pub fn install_for_mount_helper() {
+    // The tests of one binary run on several threads of one process: one
+    // at a time here, or one's temporary link is another's to remove.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|p| p.into_inner());
     let target = Path::new(BIN);
     let link = Path::new(INSTALLED);
     match fs::symlink_metadata(link) {
