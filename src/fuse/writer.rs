@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::store::session_writer::{drops_batch, Commit, SessionWriter};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 use super::budget::PendingBudget;
 use super::error::{FsError, FsResult};
@@ -31,6 +31,18 @@ const MAX_LINE_BYTES: usize = 16 << 20;
 /// bytes, whatever the batch window: a frame stays a size that readers can
 /// decode whole.
 const COMMIT_AT_BYTES: usize = 4 << 20;
+
+/// Longest wait for the session's lock in one commit attempt while the
+/// handle's state is locked: between attempts the state is unlocked, so
+/// that `stat` and reads of this transcript (which count and show the
+/// pending lines) never wait longer than this for a commit stuck behind
+/// another machine's lock (up to a lease, 20 s, when that holder died).
+const LOCK_WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// A reader's commit (a read past the committed end) waits this long for
+/// the session's lock, once; when it is busy the lines stay pending and
+/// the reader is shown them as written.
+const READER_LOCK_WAIT: Duration = Duration::from_millis(20);
 
 /// The pending state of one writing handle.
 struct Pending {
@@ -196,7 +208,7 @@ impl Writer {
     fn take(
         &self,
         store: &Store,
-        p: &mut Pending,
+        p: &mut MutexGuard<'_, Pending>,
         data: &[u8],
         batch_window: Duration,
     ) -> FsResult<u32> {
@@ -324,11 +336,21 @@ impl Writer {
     /// is kept for the handle's next write, flush or fsync.
     pub fn commit_for_reader(&self, store: &Store) -> Committed {
         let mut p = self.pending.lock();
-        if p.failed.is_some() {
+        if p.failed.is_some() || p.session.pending().is_empty() {
             return Committed::Nothing;
         }
-        self.commit_locked(store, &mut p)
-            .unwrap_or(Committed::Nothing)
+        p.since = None;
+        let r = match p.session.commit_waiting_at_most(store, READER_LOCK_WAIT) {
+            // Busy: another writer commits; the lines stay pending and a
+            // later fsync, close or tick commits them.
+            Err(StoreError::LockBusy { .. }) => {
+                p.since = Some(Instant::now());
+                Ok(Committed::Nothing)
+            }
+            r => self.outcome(&mut p, r),
+        };
+        self.settle(&mut p);
+        r.unwrap_or(Committed::Nothing)
     }
 
     /// The bytes accepted on this handle and not committed: pending
@@ -380,15 +402,45 @@ impl Writer {
     /// Commits the handle's batch through the store's [`SessionWriter`]
     /// (which applies the drop policy); a dropped batch is recorded for the
     /// handle's next write, flush or fsync, a kept one restarts the window.
-    fn commit_locked(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
+    fn commit_locked(&self, store: &Store, p: &mut MutexGuard<'_, Pending>) -> FsResult<Committed> {
         let r = self.commit_pending(store, p);
         self.settle(p);
         r
     }
 
-    fn commit_pending(&self, store: &Store, p: &mut Pending) -> FsResult<Committed> {
+    /// Commits the batch, waiting for the session's lock in slices of
+    /// [`LOCK_WAIT_SLICE`] with the handle's state unlocked in between,
+    /// up to the whole lock wait of the commit protocol (then EAGAIN, the
+    /// batch kept).
+    fn commit_pending(
+        &self,
+        store: &Store,
+        p: &mut MutexGuard<'_, Pending>,
+    ) -> FsResult<Committed> {
         p.since = None;
-        match p.session.commit(store) {
+        let deadline = Instant::now() + p.session.lock_wait();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let r = p.session.commit_waiting_at_most(store, LOCK_WAIT_SLICE);
+            match r {
+                Err(StoreError::LockBusy { .. }) if Instant::now() < deadline => {
+                    MutexGuard::unlocked(p, || std::thread::sleep(pause));
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                    if p.failed.is_some() {
+                        // A reader's or a tick's commit in between dropped
+                        // the batch: reported by the caller's next step.
+                        return Ok(Committed::Nothing);
+                    }
+                }
+                r => return self.outcome(p, r),
+            }
+        }
+    }
+
+    /// Records what a commit attempt did: a dropped batch is kept as the
+    /// handle's error, a kept one restarts the window.
+    fn outcome(&self, p: &mut Pending, r: crate::store::Result<Commit>) -> FsResult<Committed> {
+        match r {
             Ok(Commit::Nothing) => Ok(Committed::Nothing),
             Ok(_) => Ok(Committed::Batch),
             Err(e) if drops_batch(&e) => {

@@ -22,6 +22,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::append::{append_with_options, AppendOutcome, CommitOptions, TailHint};
 use super::error::{Result, StoreError};
@@ -286,6 +287,30 @@ impl SessionWriter {
                 Err(e)
             }
         }
+    }
+
+    /// [`SessionWriter::commit`], waiting at most `wait` for the session's
+    /// lock (the commit protocol's own wait when that is shorter). A
+    /// dead holder's lock is still taken over once its lease ended: how
+    /// long a lock stayed unchanged is remembered across attempts.
+    ///
+    /// Errors: as [`SessionWriter::commit`]; [`StoreError::LockBusy`]
+    /// (EAGAIN, the batch kept) when the lock stayed held for `wait`.
+    pub fn commit_waiting_at_most(&mut self, store: &Store, wait: Duration) -> Result<Commit> {
+        let saved = self.commit.lease;
+        let mut lease = saved.unwrap_or_default();
+        lease.wait = lease.wait.min(wait);
+        self.commit.lease = Some(lease);
+        let r = self.commit(store);
+        self.commit.lease = saved;
+        r
+    }
+
+    /// How long a commit waits for the session's lock in all
+    /// ([`super::lease::LeaseConfig::wait`] of the commit options; 45 s by
+    /// default).
+    pub fn lock_wait(&self) -> Duration {
+        self.commit.lease.unwrap_or_default().wait
     }
 
     /// Drops the pending batch (a caller giving up) and moves the cursor
