@@ -187,6 +187,53 @@ fn skippable_frame_is_a_problem_and_is_not_removed() {
     assert_eq!(std::fs::read(&file).unwrap(), clean);
 }
 
+/// 100,000 skippable frames after a valid transcript: one note (where the
+/// run starts and ends, how many, their bytes) and one problem in the
+/// summary, not one per frame; the verified prefix is still reported.
+#[test]
+fn many_skippable_frames_are_one_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let session = root.join("--w--/s");
+    std::fs::create_dir_all(&session).unwrap();
+    let file = session.join("session.jsonl.zstd");
+    let mut bytes = zstd_transcript("s", "/w", 0);
+    let at = bytes.len();
+    for _ in 0..100_000 {
+        bytes.extend(skippable_frame(b""));
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    let plain = header_line("s", "/w", 0).len() + EVENTS.len();
+    for target in [&root, &file] {
+        let (code, out, err) = check_full(target, false);
+        assert_eq!(code, 1, "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                format!(
+                    "PROBLEM\t{}\t2 frames, {plain} bytes decompressed",
+                    file.display()
+                ),
+                format!(
+                    "\t100000 skippable frames at bytes {at}..{} (800000 bytes): the reference \
+                     refuses them (sessionfs skips them); check does not remove them (committed \
+                     data is never rewritten); `sessionfs doctor` says what to do",
+                    bytes.len()
+                ),
+            ],
+            "{out}"
+        );
+        if target == &root {
+            assert!(
+                err.contains("1 transcripts checked, 1 problems found"),
+                "{err}"
+            );
+        }
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), bytes, "the file was changed");
+}
+
 // ---- Defect 2: a file torn inside its header frame is never truncated. ----
 
 #[test]

@@ -687,6 +687,73 @@ fn json_report_follows_its_schema() {
     assert!(!validator.is_valid(&bad));
 }
 
+/// 100,000 skippable frames after a valid transcript are one finding (at
+/// the first, with how many and their bytes), the report still follows its
+/// schema and counts the frames that verify; `--repair` sets the
+/// transcript aside whole, once, as for one skippable frame.
+#[test]
+fn many_skippable_frames_are_one_finding() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let session = root.join("--tmp-h--/s");
+    fs::create_dir_all(&session).unwrap();
+    let t = session.join("session.jsonl.zstd");
+    let mut bytes = frame(&common::lines::header_line(
+        "s",
+        Some("/tmp/h"),
+        1_767_603_700_000,
+    ));
+    bytes.extend(frame(
+        "{\"type\":\"user/message\",\"seq\":0,\"time\":1767603700001,\"data\":{}}\n",
+    ));
+    let at = bytes.len() as u64;
+    for _ in 0..100_000 {
+        bytes.extend(0x184D_2A50u32.to_le_bytes());
+        bytes.extend(0u32.to_le_bytes());
+    }
+    fs::write(&t, &bytes).unwrap();
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let all = report["findings"].as_array().unwrap();
+    assert_eq!(all.len(), 1, "{report:#}");
+    assert_eq!(all[0]["kind"], "skippable_frame");
+    assert_eq!(all[0]["offset"], at);
+    assert_eq!(
+        all[0]["detail"],
+        format!(
+            "100000 skippable frames at bytes {at}..{} (800000 bytes)",
+            bytes.len()
+        )
+    );
+    let s = &report["sessions"][0];
+    assert_eq!(
+        (&s["frames"], &s["frames_ok"], &s["lines"], &s["findings"]),
+        (&2.into(), &2.into(), &2.into(), &1.into()),
+        "{s}"
+    );
+    assert_eq!(report["summary"]["problems_left"], 1);
+    let schema: Value = serde_json::from_str(
+        &fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/doctor-report.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(&report), "{report:#}");
+    // The repair is the one of a single skippable frame: the file set
+    // aside whole, once, its bytes kept in the quarantine folder.
+    let before = tree_bytes(&root);
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["summary"]["set_aside"], 1, "{report:#}");
+    assert!(!t.exists(), "the transcript is set aside");
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    assert_quarantine_holds(&run, &root, &before);
+    let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();
+    assert_eq!(manifest.lines().count(), 1, "{manifest}");
+}
+
 #[test]
 fn text_output_shows_problems_and_a_summary() {
     let (tmp, root) = case_copy("torn");

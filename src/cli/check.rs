@@ -155,10 +155,13 @@ fn check_report_text(r: &crate::store::check::CheckReport) -> String {
             format!("{torn_unit} at byte {at}: run with --repair to truncate it")
         });
     }
-    for at in &r.skippable {
+    // One note for all of them, however many there are.
+    if !r.skippable.is_empty() {
+        let it = if r.skippable.count == 1 { "it" } else { "them" };
         notes.push(format!(
-            "skippable frame at byte {at}: the reference refuses it (sessionfs skips it); \
-             check does not remove it (committed data is never rewritten)"
+            "{}: the reference refuses {it} (sessionfs skips {it}); check does not remove \
+             {it} (committed data is never rewritten); `sessionfs doctor` says what to do",
+            r.skippable.describe()
         ));
     }
     let status = if r.has_problem() {

@@ -41,8 +41,9 @@ pub struct CheckReport {
     /// Decompressed bytes of the complete frames (zstd), or bytes of the
     /// complete lines (raw).
     pub plain_len: u64,
-    /// Offsets of skippable frames (the reference refuses them).
-    pub skippable: Vec<u64>,
+    /// The skippable frames walked (the reference refuses them), counted:
+    /// never listed one by one, whatever the file holds.
+    pub skippable: SkippableFrames,
     /// Where a torn tail starts, if the file ends inside a frame (zstd) or
     /// after its last `\n` (raw).
     pub torn_at: Option<u64>,
@@ -76,6 +77,63 @@ impl CheckReport {
             || !self.skippable.is_empty()
             || self.torn_in_header
             || (self.torn_at.is_some() && !self.repaired)
+    }
+}
+
+/// The skippable frames of one transcript, summarised: how many, their
+/// bytes and where the first starts and the last ends. Held in four
+/// numbers, so a file of millions of 8-byte skippable frames costs no
+/// memory per frame; `check` and `doctor` report them as one problem.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkippableFrames {
+    /// How many skippable frames were walked.
+    pub count: u64,
+    /// Their total length on disk in bytes (frame headers included).
+    pub bytes: u64,
+    /// Byte offset of the first one in the file (0 when `count` is 0).
+    pub first: u64,
+    /// Byte offset just past the last one (exclusive; 0 when `count` is 0).
+    pub end: u64,
+}
+
+impl SkippableFrames {
+    /// Counts one more skippable frame, `info` (as the frame walk
+    /// delimited it; walks go forward, so it ends after the ones counted).
+    pub fn add(&mut self, info: &FrameInfo) {
+        if self.count == 0 {
+            self.first = info.offset;
+        }
+        self.count = self.count.saturating_add(1);
+        self.bytes = self.bytes.saturating_add(info.len);
+        self.end = info.offset.saturating_add(info.len);
+    }
+
+    /// Whether none was walked.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether they lie back to back, with no data frame between them.
+    pub fn contiguous(&self) -> bool {
+        self.end.saturating_sub(self.first) == self.bytes
+    }
+
+    /// Where they are, in words: `skippable frame at byte X` for one,
+    /// `N skippable frames at bytes X..Y (B bytes)` for a run (`Y`
+    /// exclusive), or `N skippable frames (B bytes) between bytes X and Y,
+    /// data frames among them` when they are not back to back.
+    pub fn describe(&self) -> String {
+        let (n, first, end, bytes) = (self.count, self.first, self.end, self.bytes);
+        if n == 1 {
+            format!("skippable frame at byte {first}")
+        } else if self.contiguous() {
+            format!("{n} skippable frames at bytes {first}..{end} ({bytes} bytes)")
+        } else {
+            format!(
+                "{n} skippable frames ({bytes} bytes) between bytes {first} and {end}, data \
+                 frames among them"
+            )
+        }
     }
 }
 
@@ -219,7 +277,7 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     let mut verified_after: Option<u64> = None;
     let end = walk_frames(file, 0, len, None, |info| {
         if info.kind == FrameKind::Skippable {
-            report.skippable.push(info.offset);
+            report.skippable.add(info);
             return true;
         }
         data_frames += 1;
@@ -559,6 +617,78 @@ pub fn transcripts_under(root: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::frame::encode_frame;
+
+    /// A valid transcript (header frame, one event frame) followed by
+    /// `n` empty skippable frames (8 bytes each): the file's bytes and the
+    /// length of the verifiable prefix.
+    fn with_skippable_frames(n: usize) -> (Vec<u8>, usize) {
+        let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1767603700000,\"cwd\":\"/tmp/h\",\"delegationDepth\":0}\n";
+        let event = b"{\"type\":\"user/message\",\"seq\":0,\"time\":1767603700001,\"data\":{}}\n";
+        let mut bytes = encode_frame(header).unwrap();
+        bytes.extend(encode_frame(event).unwrap());
+        let prefix = bytes.len();
+        let mut skippable = 0x184D_2A50u32.to_le_bytes().to_vec();
+        skippable.extend(0u32.to_le_bytes());
+        for _ in 0..n {
+            bytes.extend_from_slice(&skippable);
+        }
+        (bytes, prefix)
+    }
+
+    #[test]
+    fn many_skippable_frames_are_counted_in_one_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let (bytes, prefix) = with_skippable_frames(100_000);
+        fs::write(&path, &bytes).unwrap();
+        let r = check_transcript(&path, false).unwrap();
+        assert_eq!(
+            r.skippable,
+            SkippableFrames {
+                count: 100_000,
+                bytes: 800_000,
+                first: prefix as u64,
+                end: bytes.len() as u64,
+            }
+        );
+        assert!(r.skippable.contiguous());
+        assert_eq!(
+            r.skippable.describe(),
+            format!(
+                "100000 skippable frames at bytes {prefix}..{} (800000 bytes)",
+                bytes.len()
+            )
+        );
+        // The verified prefix is still reported as such.
+        assert_eq!(r.frames, 2, "{r:?}");
+        assert_eq!(r.plain_len, 164);
+        assert_eq!((r.torn_at, &r.damage), (None, &None));
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert!(r.has_problem() && !r.is_clean());
+        // One frame reads as one, skippable frames among data frames say so.
+        let (one, _) = with_skippable_frames(1);
+        fs::write(&path, &one).unwrap();
+        let r = check_transcript(&path, false).unwrap();
+        assert_eq!(r.skippable.count, 1);
+        assert_eq!(
+            r.skippable.describe(),
+            format!("skippable frame at byte {prefix}")
+        );
+        let mut gaps = SkippableFrames::default();
+        for offset in [10, 30] {
+            gaps.add(&FrameInfo {
+                offset,
+                len: 8,
+                kind: FrameKind::Skippable,
+            });
+        }
+        assert!(!gaps.contiguous());
+        assert_eq!(
+            gaps.describe(),
+            "2 skippable frames (16 bytes) between bytes 10 and 38, data frames among them"
+        );
+    }
 
     #[test]
     fn a_raw_line_longer_than_the_limit_is_reported_not_held() {

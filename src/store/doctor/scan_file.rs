@@ -10,6 +10,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::super::check::SkippableFrames;
 use super::super::classify::{walk, WalkEnd};
 use super::super::decode;
 use super::super::frame::{FrameError, FrameInfo, FrameKind};
@@ -42,7 +43,10 @@ pub struct FileScan {
     /// The first repeated `seq`: decoded offset and `seq`; with the file
     /// offset of the frame (zstd) or line (raw) it lies in.
     pub split: Option<(SeqSplit, u64)>,
-    /// The problems, one per kind.
+    /// The skippable frames walked (zstd), counted: they make one
+    /// [`Kind::SkippableFrame`] finding however many there are.
+    pub skippable: SkippableFrames,
+    /// The problems found (skippable frames, however many, are one).
     pub findings: Vec<Finding>,
     /// (decoded offset, file offset) of each frame whose lines were read.
     frame_starts: Vec<(u64, u64)>,
@@ -310,16 +314,16 @@ fn scan_frames(
     let mut frame_findings: Vec<Finding> = Vec::new();
     let mut frame_starts: Vec<(u64, u64)> = Vec::new();
     let mut data_frames = 0u64;
+    // Skippable frames are counted, not listed (a file may hold millions);
+    // their one finding goes where the first one was met.
+    let mut skippable = SkippableFrames::default();
+    let mut skippable_index = 0usize;
     let end = walk(file, 0, len, None, |info: &FrameInfo| {
         if info.kind == FrameKind::Skippable {
-            frame_findings.push(
-                Finding::new(
-                    &path,
-                    Kind::SkippableFrame,
-                    format!("a skippable frame of {} bytes", info.len),
-                )
-                .at(info.offset),
-            );
+            if skippable.is_empty() {
+                skippable_index = frame_findings.len();
+            }
+            skippable.add(info);
             return true;
         }
         data_frames += 1;
@@ -414,6 +418,18 @@ fn scan_frames(
     if let Some(e) = io_error {
         return Err(e);
     }
+    scan.skippable = skippable;
+    if !skippable.is_empty() {
+        let detail = if skippable.count == 1 {
+            format!("a skippable frame of {} bytes", skippable.bytes)
+        } else {
+            skippable.describe()
+        };
+        frame_findings.insert(
+            skippable_index,
+            Finding::new(&path, Kind::SkippableFrame, detail).at(skippable.first),
+        );
+    }
     scan.frames = data_frames;
     scan.plain_len = plain;
     match end {
@@ -505,4 +521,48 @@ pub fn holds_no_frame_start(file: &File, at: u64, len: u64) -> std::io::Result<b
     Ok(!buf.windows(4).any(|w| {
         w == zstd || (w[0] & 0xF0 == 0x50 && w[1] == 0x2A && w[2] == 0x4D && w[3] == 0x18)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::frame::encode_frame;
+
+    /// A transcript of a header frame and one event frame followed by
+    /// 100,000 empty skippable frames makes one skippable-frame finding
+    /// (at the first, with the count), held in counts, not per frame; the
+    /// two frames before them still verify and their lines are read.
+    #[test]
+    fn many_skippable_frames_make_one_finding() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1767603700000,\"cwd\":\"/tmp/h\",\"delegationDepth\":0}\n";
+        let event = b"{\"type\":\"user/message\",\"seq\":0,\"time\":1767603700001,\"data\":{}}\n";
+        let mut bytes = encode_frame(header).unwrap();
+        bytes.extend(encode_frame(event).unwrap());
+        let prefix = bytes.len() as u64;
+        for _ in 0..100_000 {
+            bytes.extend(0x184D_2A50u32.to_le_bytes());
+            bytes.extend(0u32.to_le_bytes());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let scan = scan_file(&path, false);
+        let kinds: Vec<Kind> = scan.findings.iter().map(|f| f.kind).collect();
+        assert_eq!(kinds, [Kind::SkippableFrame], "{:?}", scan.findings);
+        let f = &scan.findings[0];
+        assert_eq!(f.offset, Some(prefix));
+        assert_eq!(
+            f.detail,
+            format!(
+                "100000 skippable frames at bytes {prefix}..{} (800000 bytes)",
+                bytes.len()
+            )
+        );
+        assert_eq!(scan.skippable.count, 100_000);
+        assert_eq!(scan.skippable.bytes, 800_000);
+        assert_eq!((scan.frames, scan.frames_ok, scan.lines), (2, 2, 2));
+        assert_eq!(scan.plain_len, (header.len() + event.len()) as u64);
+        assert_eq!(scan.torn_at, None);
+        assert!(scan.header.is_some());
+    }
 }
