@@ -781,6 +781,7 @@ fn damaged(path: &Path, d: &Damage) -> StoreError {
         at: d.at,
         resumes_at: d.resumes_at,
         reason: d.reason.clone(),
+        nothing_verifiable_follows: d.nothing_verifiable_follows,
     }
 }
 
