@@ -627,3 +627,90 @@ fn times_are_local_clock_times_in_the_tz_given() {
         );
     }
 }
+
+/// `session.md`'s title line is the views' title when the first event is
+/// not the user message (a `session/start` at seq 0, then a `user/message`
+/// at seq 1): while no user message is written `session.md` is empty (the
+/// title line is written once, when it is known); once it is, the title
+/// line of `session.md`, of `sessionfs render` and the `.by-title` link
+/// name all carry the first user message's title.
+#[test]
+fn the_title_line_is_the_views_title_when_events_precede_the_user_message() {
+    use sessionfs::store::naming::project_dir_name;
+
+    let tmp = tempfile::Builder::new()
+        .prefix("sessionfs-render-title-")
+        .tempdir()
+        .unwrap();
+    let root = tmp.path().join("root");
+    let id = "late_title-session";
+    let dir = root.join(project_dir_name(Some("/w")).unwrap()).join(id);
+    fs::create_dir_all(&dir).unwrap();
+    let backing = dir.join("session.jsonl.zstd");
+    let header = format!(
+        "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1767600000000,\"cwd\":\"/w\",\"delegationDepth\":0}}\n"
+    );
+    let start = "{\"type\":\"session/start\",\"seq\":0,\"time\":1767600000500,\"data\":{}}\n";
+    let user = "{\"type\":\"user/message\",\"seq\":1,\"time\":1767600001000,\"data\":{\"id\":\"m1\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Fix the flaky parser/lexer test before lunch.\"}],\"source\":{\"kind\":\"user\"}}}\n";
+    let mut bytes = encode_frame(header.as_bytes()).unwrap();
+    bytes.extend(encode_frame(start.as_bytes()).unwrap());
+    fs::write(&backing, &bytes).unwrap();
+    let title = "Fix the flaky parser_lexer test before lunch";
+    // The views' short id: the first 8 characters after the last `_`.
+    let link = format!("{title} title-se");
+
+    let mount = Mount::start(&root, &["--attr-timeout", "0.2"]);
+    let md_path = mount
+        .path()
+        .join(dir.strip_prefix(&root).unwrap())
+        .join("session.md");
+    assert_eq!(fs::read(&md_path).unwrap(), b"", "no user message yet");
+    assert_eq!(
+        render_cli(&root, id),
+        b"",
+        "sessionfs render before the user message"
+    );
+
+    let mut file = fs::OpenOptions::new().append(true).open(&backing).unwrap();
+    file.write_all(&encode_frame(user.as_bytes()).unwrap())
+        .unwrap();
+    drop(file);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let by_title = |mount: &Mount| -> Vec<String> {
+        fs::read_dir(mount.join(".by-title"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    while !by_title(&mount).contains(&link) {
+        assert!(
+            Instant::now() < deadline,
+            "the title did not show in .by-title: {:?}",
+            by_title(&mount)
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let md = loop {
+        let md = String::from_utf8(fs::read(&md_path).unwrap()).unwrap();
+        if !md.is_empty() || Instant::now() >= deadline {
+            break md;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        md.lines().next(),
+        Some(format!("# {title}").as_str()),
+        "{md}"
+    );
+    assert!(md.contains("- `session/start` event, seq 0\n"), "{md}");
+    assert!(
+        md.contains("Fix the flaky parser/lexer test before lunch."),
+        "{md}"
+    );
+    assert_eq!(
+        render_cli(&root, id),
+        md.as_bytes(),
+        "sessionfs render differs from session.md"
+    );
+    mount.stop();
+}

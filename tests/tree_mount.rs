@@ -424,3 +424,75 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
         assert!(!root.join("cache").exists());
     }
 }
+
+/// A descriptor of `session.jsonl` or `session.md` opened before its
+/// session directory is removed on disk (`rm -rf` in the root, not through
+/// the mount) keeps working, as after an unlink on a local file system:
+/// `fstat` gives its size and reads give its bytes (nothing was read
+/// through the mount before the removal, so every byte comes from the
+/// daemon). A new lookup of the removed path fails with ENOENT.
+#[test]
+fn an_open_descriptor_outlives_the_removal_of_its_session_on_disk() {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+
+    let (_root_tmp, root) = corpus_copy("normal");
+    let rel = "--home-alice-work-app--/session-a";
+    let plain = common::zstd_dc(&root.join(rel).join("session.jsonl.zstd"));
+    let rendered = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("render")
+        .arg(&root)
+        .arg("session-a")
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "{rendered:?}");
+    let md = rendered.stdout;
+    assert!(md.starts_with(b"# "), "{}", String::from_utf8_lossy(&md));
+
+    let mount = Mount::start(root.as_path(), &["--read-only", "--attr-timeout", "0.2"]);
+    let jsonl_path = mount.join(rel).join("session.jsonl");
+    let md_path = mount.join(rel).join("session.md");
+    let mut jsonl = fs::File::open(&jsonl_path).unwrap();
+    let mut mdf = fs::File::open(&md_path).unwrap();
+    fs::remove_dir_all(root.join(rel)).unwrap();
+    // Past the attribute and entry timeouts: fstat and lookups reach the
+    // daemon.
+    std::thread::sleep(Duration::from_millis(600));
+
+    for (what, file, expected) in [
+        ("session.jsonl", &mut jsonl, &plain),
+        ("session.md", &mut mdf, &md),
+    ] {
+        let meta = file
+            .metadata()
+            .unwrap_or_else(|e| panic!("fstat of the open {what}: {e}"));
+        assert_eq!(
+            meta.len(),
+            expected.len() as u64,
+            "fstat of the open {what}"
+        );
+        let mut got = Vec::new();
+        file.read_to_end(&mut got)
+            .unwrap_or_else(|e| panic!("read of the open {what}: {e}"));
+        assert!(got == *expected, "{what}: the bytes read differ");
+        let mut head = vec![0u8; 100];
+        file.read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(head, expected[..100], "{what}: pread at 0");
+        assert_eq!(file.metadata().unwrap().len(), expected.len() as u64);
+    }
+    for path in [&jsonl_path, &md_path] {
+        assert_errno(fs::metadata(path), libc::ENOENT, "stat of the removed path");
+        assert_errno(
+            fs::File::open(path),
+            libc::ENOENT,
+            "open of the removed path",
+        );
+    }
+    assert_errno(
+        fs::metadata(mount.join(rel)),
+        libc::ENOENT,
+        "stat of the removed session directory",
+    );
+    drop((jsonl, mdf));
+    mount.stop();
+}

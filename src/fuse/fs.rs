@@ -546,6 +546,14 @@ impl SessionFs {
                         a.size = self.pending_len_of(ino);
                         return Ok(a);
                     }
+                    // Removed on disk while a reader holds it open (`fstat`
+                    // comes here without its handle): the held file's
+                    // attributes, as after an unlink on a local file system.
+                    // A new lookup of the path fails.
+                    Err(e @ StoreError::NotFound { .. }) => {
+                        let dir = self.store.backing_path(&Path::new(project).join(session));
+                        self.handles.transcript_held_in(&dir).ok_or(e)?
+                    }
                     other => other?,
                 };
                 let view = t.refresh()?;

@@ -9,12 +9,14 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::writer::Writer;
+use crate::store::render::cache::Rendering;
 use crate::store::Transcript;
 
 /// An open file of the mount.
@@ -23,7 +25,7 @@ pub(super) enum Handle {
     /// A `session.jsonl` opened for reading.
     Transcript(Arc<Transcript>),
     /// `session.md`: its transcript and rendering (`rendered.rs`).
-    Rendered(Arc<Transcript>, Arc<crate::store::render::cache::Rendering>),
+    Rendered(Arc<Transcript>, Arc<Rendering>),
     /// A writable `session.jsonl` (appends buffered per handle).
     Writer(Arc<Writer>),
     /// A passed-through file, opened with the caller's access mode.
@@ -61,6 +63,32 @@ impl HandleTable {
     /// Takes handle `fh` out of the table.
     pub(super) fn remove(&self, fh: u64) -> Option<Handle> {
         self.table.lock().remove(&fh)
+    }
+
+    /// The transcript of a reader of `session.jsonl` or `session.md` open
+    /// in the session directory `dir` (its backing path), if any: what an
+    /// open descriptor still reads once the directory is removed on disk.
+    pub(super) fn transcript_held_in(&self, dir: &Path) -> Option<Arc<Transcript>> {
+        self.table.lock().values().find_map(|h| match h {
+            Handle::Transcript(t) | Handle::Rendered(t, _) if t.path().parent() == Some(dir) => {
+                Some(Arc::clone(t))
+            }
+            _ => None,
+        })
+    }
+
+    /// The transcript and rendering of a `session.md` open in the session
+    /// directory `dir` (its backing path), if any.
+    pub(super) fn rendering_held_in(
+        &self,
+        dir: &Path,
+    ) -> Option<(Arc<Transcript>, Arc<Rendering>)> {
+        self.table.lock().values().find_map(|h| match h {
+            Handle::Rendered(t, r) if t.path().parent() == Some(dir) => {
+                Some((Arc::clone(t), Arc::clone(r)))
+            }
+            _ => None,
+        })
     }
 
     /// Every open writer.

@@ -11,6 +11,10 @@
 //! * `getattr` refreshes the transcript and renders what was added, so
 //!   `st_size` is exact and growth shows within the attribute timeout; a
 //!   read past the rendered end does the same.
+//! * A session removed on disk while its `session.md` is open: that
+//!   descriptor keeps reading its rendering and `fstat` keeps working (the
+//!   open handle's transcript serves the bytes it holds open); a new lookup
+//!   fails with ENOENT.
 //! * Renderings are persisted with the frame indexes (`--index-cache`):
 //!   another mount's `stat` decodes nothing when the transcript did not
 //!   grow. Memory holds only each rendering's small state (at most
@@ -78,19 +82,36 @@ impl Renderings {
 
 impl SessionFs {
     /// Attributes of `session.md`: the transcript's times and owner,
-    /// read-only, the rendering's exact length.
+    /// read-only, the rendering's exact length. A session removed on disk
+    /// while a `session.md` of it is open keeps the attributes of that
+    /// open rendering (`fstat` comes here without its handle), as after an
+    /// unlink on a local file system.
     ///
-    /// Errors: ENOENT when the session's transcript is refused or missing;
-    /// the store's errors rendering it.
+    /// Errors: ENOENT when the session's transcript is refused, or missing
+    /// with no `session.md` of it open; the store's errors rendering it.
     pub(super) fn rendered_attr(
         &self,
         ino: u64,
         project: &OsStr,
         session: &OsStr,
     ) -> FsResult<Attr> {
-        let t = self.store.transcript(project, session).map_err(refused)?;
-        let view = t.refresh()?;
-        let (_, len) = self.renderings.caught_up(&self.store, &t)?;
+        let (view, len) = match self.store.transcript(project, session) {
+            Ok(t) => {
+                let view = t.refresh()?;
+                (view, self.renderings.caught_up(&self.store, &t)?.1)
+            }
+            Err(e @ StoreError::NotFound { .. }) => {
+                let dir = self
+                    .store
+                    .backing_path(&std::path::Path::new(project).join(session));
+                let Some((t, rendering)) = self.handles.rendering_held_in(&dir) else {
+                    return Err(refused(e));
+                };
+                let view = t.refresh()?;
+                (view, rendering.catch_up(&t)?)
+            }
+            Err(e) => return Err(refused(e)),
+        };
         let mut a = super::fs::attr_of(ino, &view.meta);
         a.kind = Kind::File;
         a.size = len;

@@ -617,6 +617,7 @@ fn scan_zstd(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Res
                 at: d.at,
                 resumes_at: d.resumes_at,
                 reason: d.reason,
+                nothing_verifiable_follows: d.nothing_verifiable_follows,
             }),
         };
     }

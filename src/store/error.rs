@@ -84,6 +84,10 @@ pub enum StoreError {
         at: u64,
         resumes_at: Option<u64>,
         reason: String,
+        /// Every byte from `at` to the end was examined and no verifiable
+        /// frame starts there: trailing garbage, which `sessionfs doctor
+        /// --repair` cuts when it holds no frame start.
+        nothing_verifiable_follows: bool,
     },
     /// The header line is longer than `limit` bytes (the most sessionfs
     /// holds of one line): its own error, not a header-less file. errno:
@@ -329,6 +333,7 @@ impl fmt::Display for StoreError {
                 at,
                 resumes_at,
                 reason,
+                nothing_verifiable_follows,
             } => {
                 write!(f, "{}: damaged at byte {at} ({reason})", Shown(path))?;
                 if let Some(r) = resumes_at {
@@ -338,8 +343,20 @@ impl fmt::Display for StoreError {
                     f,
                     ". This is not a torn tail: the transcript is readable up to the \
                      damage, appends are refused and `sessionfs check --repair` changes \
-                     nothing; restore the file from a backup"
-                )
+                     nothing; "
+                )?;
+                if *nothing_verifiable_follows {
+                    // What `check` and the doctor's `trailing_garbage` finding say.
+                    write!(
+                        f,
+                        "`sessionfs doctor --repair '{}'` cuts the bytes from byte {at} when \
+                         they hold no frame start, keeping a copy of the file in its \
+                         quarantine folder",
+                        Shown(path)
+                    )
+                } else {
+                    write!(f, "restore the file from a backup")
+                }
             }
             StoreError::HeaderLineTooLong { path, limit } => write!(
                 f,
@@ -389,5 +406,44 @@ impl std::error::Error for StoreError {
             StoreError::Io { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mount's advice for damage agrees with `check` and the doctor:
+    /// trailing garbage (nothing verifiable after it) is cut by `doctor
+    /// --repair`; other damage is restored from a backup.
+    #[test]
+    fn damage_advice_agrees_with_check_and_doctor() {
+        let damaged = |resumes_at, nothing_verifiable_follows| {
+            StoreError::Damaged {
+                path: PathBuf::from("/r/--p--/s/session.jsonl.zstd"),
+                at: 6527,
+                resumes_at,
+                reason: "invalid frame magic; nothing verifiable follows".into(),
+                nothing_verifiable_follows,
+            }
+            .to_string()
+        };
+        let garbage = damaged(None, true);
+        assert!(
+            garbage.contains(
+                "`sessionfs doctor --repair '/r/--p--/s/session.jsonl.zstd'` cuts the bytes from \
+                 byte 6527"
+            ),
+            "{garbage}"
+        );
+        assert!(!garbage.contains("backup"), "{garbage}");
+        let middle = damaged(Some(9000), false);
+        assert!(
+            middle.ends_with(
+                "`sessionfs check --repair` changes nothing; restore the file from a backup"
+            ),
+            "{middle}"
+        );
+        assert!(!middle.contains("doctor"), "{middle}");
     }
 }

@@ -9,8 +9,18 @@
 //! longer word is cut at the limit); finally trailing spaces and dots are
 //! removed. A session with no user message, or one with no text, has the
 //! empty title.
+//!
+//! Which message: the first line of the transcript's view after the header
+//! that is a `user/message` event, whatever comes before it
+//! ([`scan_title`]), among the lines that end within the view's first
+//! [`TITLE_SCAN_LIMIT`] bytes; a session with none there has the empty
+//! title for good. The views and `session.md` both take it from
+//! [`scan_title`].
 
 use serde_json::Value;
+
+use super::error::Result;
+use super::transcript::Transcript;
 
 /// Longest title, in characters (Unicode scalar values).
 pub const TITLE_MAX_CHARS: usize = 60;
@@ -79,6 +89,85 @@ pub fn title_of_user_message(data: &Value) -> Option<String> {
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .collect();
     (!texts.is_empty()).then(|| title_of_texts(texts))
+}
+
+/// Plaintext of the view looked at for the first user message, in bytes:
+/// a session without one in the lines that end within its first 16 MiB has
+/// the empty title for good.
+pub const TITLE_SCAN_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Plaintext read per step while looking for the first user message.
+const STEP: u64 = 64 * 1024;
+
+/// What [`scan_title`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TitleScan {
+    /// The title, settled: the first user message's (empty when it holds
+    /// no text), or empty when none ends within [`TITLE_SCAN_LIMIT`].
+    Found(String),
+    /// No user message in the complete lines up to view offset `checked`
+    /// (a line boundary past the header): the title may come when the
+    /// transcript grows; a later scan may start at `checked`.
+    NotYet { checked: u64 },
+}
+
+/// Looks for the session title in `t`'s view (see the module rules), from
+/// view offset `from` (0: the start, the header line skipped; else a
+/// `checked` offset of an earlier [`TitleScan::NotYet`]) up to view offset
+/// `to` (`u64::MAX`: the whole view, re-stat'ed at its end), decoding only
+/// the frames up to the first user message. Holds at most one line of at
+/// most [`TITLE_SCAN_LIMIT`] bytes.
+///
+/// Errors: [`Transcript::read`]'s (damage before the first user message,
+/// I/O errors); nothing is settled then.
+pub fn scan_title(t: &Transcript, from: u64, to: u64) -> Result<TitleScan> {
+    let to = to.min(TITLE_SCAN_LIMIT);
+    let mut offset = from;
+    let mut checked = from;
+    let mut header = from == 0;
+    let mut pending: Vec<u8> = Vec::new();
+    while offset < to {
+        let chunk = t.read(offset, (to - offset).min(STEP) as u32)?;
+        if chunk.is_empty() {
+            break;
+        }
+        offset += chunk.len() as u64;
+        pending.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(nl) = memchr::memchr(b'\n', &pending[start..]) {
+            let line = &pending[start..start + nl];
+            start += nl + 1;
+            checked += nl as u64 + 1;
+            if std::mem::take(&mut header) {
+                continue;
+            }
+            if let Some(title) = user_message_title(line) {
+                return Ok(TitleScan::Found(title));
+            }
+        }
+        pending.drain(..start);
+    }
+    if offset >= TITLE_SCAN_LIMIT {
+        return Ok(TitleScan::Found(String::new()));
+    }
+    Ok(TitleScan::NotYet { checked })
+}
+
+/// `Some(title)` when `line` (one line of the view, without its `\n`) is
+/// a `user/message` event (the empty title when it holds no text), `None`
+/// for any other line (other events, lines that are not JSON).
+pub fn user_message_title(line: &[u8]) -> Option<String> {
+    // Cheap test before parsing: most lines are other events.
+    memchr::memmem::find(line, b"\"user/message\"")?;
+    let v: Value = serde_json::from_slice(line).ok()?;
+    if v.get("type").and_then(Value::as_str) != Some("user/message") {
+        return None;
+    }
+    Some(
+        v.get("data")
+            .and_then(title_of_user_message)
+            .unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]

@@ -264,10 +264,27 @@ impl Transcript {
     /// another machine's appends show at once, not after the client's
     /// attribute cache expires (20 s for sshfs's defaults).
     ///
-    /// Errors: as [`Transcript::open`] when the file must be re-read.
+    /// When the path is gone (NotFound: the session removed or moved on
+    /// disk), the file this transcript holds open is still its file, as an
+    /// open descriptor survives `unlink` on a local file system: its
+    /// metadata (`fstat` of the held descriptor) stands for the path's, so
+    /// the view keeps what it has and readers opened before the removal go
+    /// on. A path that names another file again (other device or inode) is
+    /// followed as above.
+    ///
+    /// Errors: as [`Transcript::open`] when the file must be re-read;
+    /// [`StoreError::Io`] when neither the path nor the held descriptor can
+    /// be stat'ed.
     pub fn refresh(&self) -> Result<TranscriptAttr> {
-        let meta = fresh::server_metadata(&self.path, self.protocol)
-            .map_err(|e| StoreError::io("stat", &self.path, e))?;
+        let meta = match fresh::server_metadata(&self.path, self.protocol) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let file = Arc::clone(&self.state.read().file);
+                file.metadata()
+                    .map_err(|e| StoreError::io("stat the open descriptor of", &self.path, e))?
+            }
+            Err(e) => return Err(StoreError::io("stat", &self.path, e)),
+        };
         {
             let st = self.state.read();
             if FileIdent::of(&meta) == st.ident && meta.len() == st.meta.len() {
@@ -781,6 +798,7 @@ fn damaged(path: &Path, d: &Damage) -> StoreError {
         at: d.at,
         resumes_at: d.resumes_at,
         reason: d.reason.clone(),
+        nothing_verifiable_follows: d.nothing_verifiable_follows,
     }
 }
 
@@ -803,5 +821,43 @@ mod not_regular_tests {
         assert!(e.contains("not a regular file: a directory"), "{e}");
         assert!(e.contains("move it out of the root"), "{e}");
         assert!(!e.contains("restore it from a backup"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod removed_path_tests {
+    use super::*;
+
+    const HEADER: &[u8] =
+        b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"cwd\":\"/w\",\"delegationDepth\":0}\n";
+    const EVENT: &[u8] = b"{\"type\":\"x/y\",\"seq\":0,\"time\":1,\"data\":{}}\n";
+
+    fn write(path: &Path, lines: &[&[u8]]) {
+        let mut bytes = Vec::new();
+        for l in lines {
+            bytes.extend(super::super::frame::encode_frame(l).unwrap());
+        }
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// An open transcript whose path is removed keeps its view (the held
+    /// descriptor's metadata stands for the path's); a file put at the
+    /// path again (another inode) is followed.
+    #[test]
+    fn a_removed_path_keeps_the_view_and_a_replaced_one_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        write(&path, &[HEADER, EVENT]);
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let t = Transcript::open(&path, Encoding::Zstd, cache).unwrap();
+        let len = (HEADER.len() + EVENT.len()) as u64;
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(t.refresh().unwrap().plain_len, len);
+        // A read past the end refreshes too.
+        let all = t.read(0, 1 << 20).unwrap();
+        assert_eq!(all, [HEADER, EVENT].concat());
+        write(&path, &[HEADER]);
+        assert_eq!(t.refresh().unwrap().plain_len, HEADER.len() as u64);
+        assert_eq!(t.read(0, 1 << 20).unwrap(), HEADER);
     }
 }

@@ -132,7 +132,11 @@ impl Rendering {
         let mut inner = self.inner.lock();
         let to = t.cached_attr().plain_len;
         let ident = t.ident();
-        if ident != inner.ident || inner.renderer.state().plain_offset > to {
+        let seen = {
+            let state = inner.renderer.state();
+            state.plain_offset.max(state.title_checked)
+        };
+        if ident != inner.ident || seen > to {
             inner.ident = ident;
             inner.renderer = Renderer::new();
             // A persisted file may be open in another mount: never truncated,
@@ -241,7 +245,7 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
         && p.id == header.id
         && p.created_at == header.created_at_ms
         && p.zone == clock::zone_key()
-        && p.state.plain_offset <= t.cached_attr().plain_len;
+        && p.state.plain_offset.max(p.state.title_checked) <= t.cached_attr().plain_len;
     if !valid {
         return None;
     }

@@ -9,12 +9,17 @@
 //!
 //! What is shown (event types and shapes of the reference's
 //! `@deepseek-ai/dsh-session` `SessionEventMap`, and its packed chunk rows):
-//! * a title line (`# ` and [`crate::store::title`] of the first user
-//!   message, or `# Untitled session`) and the header facts (id, project
-//!   cwd, created time in the local time zone, parent session, seed length,
-//!   subagent origin). They are written when the first `user/message`
-//!   arrives, or the first event other than the opening `turn/start`: until
-//!   then a rendering is empty;
+//! * a title line (`# ` and the session title, or `# Untitled session`
+//!   when it is empty) and the header facts (id, project cwd, created time
+//!   in the local time zone, parent session, seed length, subagent origin),
+//!   written before the first event other than an opening `turn/start`.
+//!   The title is the views' ([`crate::store::title::scan_title`]: the
+//!   first `user/message` of the transcript, whatever events come before
+//!   it), given by the caller ([`Renderer::set_title`]) before that event:
+//!   [`render_range`] looks for it first and renders nothing while the
+//!   transcript holds no user message yet (within
+//!   [`crate::store::title::TITLE_SCAN_LIMIT`]), so the title line is never
+//!   written before it is known and a rendering stays append-only;
 //! * `turn/start` as a `## Turn N` heading with its local date and time;
 //!   `step/start` as `### Step N`; `user/message` text verbatim;
 //! * assistant text and reasoning from the stream: `text-delta` and
@@ -54,7 +59,6 @@ mod show;
 
 use serde::{Deserialize, Serialize};
 
-use super::title::title_of_texts;
 use json::{J, NULL};
 use markdown::{code, one_line};
 pub use reader::{parse_line, render_range, ParsedLine};
@@ -62,7 +66,7 @@ use show::{content_blocks, request_header, todo_write, tool_call, tool_result, t
 
 /// Version of the rendering; a cached rendering of another version is
 /// rebuilt.
-pub const RENDER_FORMAT: u32 = 1;
+pub const RENDER_FORMAT: u32 = 2;
 
 /// Lines of a tool result shown at most; the rest is summarized.
 pub const RESULT_MAX_LINES: usize = 40;
@@ -113,6 +117,13 @@ pub struct RenderState {
     pub md_len: u64,
     /// Whether the rendering stopped at damage (nothing more is rendered).
     pub stopped: bool,
+    /// The session title, once known ([`Renderer::set_title`]; empty: none).
+    #[serde(default)]
+    title: Option<String>,
+    /// View offset up to which the lines were looked at for the title
+    /// while it is not known ([`crate::store::title::TitleScan::NotYet`]).
+    #[serde(default)]
+    pub title_checked: u64,
     header: Option<HeaderFacts>,
     header_written: bool,
     pending_turn: Option<(u64, Option<i64>)>,
@@ -153,6 +164,29 @@ impl Renderer {
     /// Where this renderer is.
     pub fn state(&self) -> &RenderState {
         &self.state
+    }
+
+    /// Whether the title must be given ([`Renderer::set_title`]) before
+    /// more lines are rendered: the header block is not written yet and
+    /// the title is not known.
+    pub fn needs_title(&self) -> bool {
+        !self.state.header_written && self.state.title.is_none() && !self.state.stopped
+    }
+
+    /// Records that the lines up to view offset `checked` hold no user
+    /// message ([`crate::store::title::TitleScan::NotYet`]).
+    pub fn title_checked(&mut self, checked: u64) {
+        self.state.title_checked = checked;
+    }
+
+    /// Sets the session title ([`crate::store::title::scan_title`]; empty
+    /// for `# Untitled session`) written in the header block. A renderer
+    /// given none writes `# Untitled session`. No effect once the header
+    /// block is written.
+    pub fn set_title(&mut self, title: String) {
+        if !self.state.header_written {
+            self.state.title = Some(title);
+        }
     }
 
     /// Renders one complete line of the view (`line` without its `\n`),
@@ -198,7 +232,7 @@ impl Renderer {
         if self.state.lines == 0 {
             self.stop_at(number, 0, "the header line is too long", out);
         } else {
-            self.begin(out, None);
+            self.begin(out);
             push(
                 out,
                 &format!(
@@ -226,7 +260,7 @@ impl Renderer {
     fn stop_at(&mut self, number: u64, offset: u64, why: &str, out: &mut Vec<u8>) {
         // The header facts (when the header line was read) say whose
         // rendering stopped.
-        self.begin(out, None);
+        self.begin(out);
         self.close(out);
         push(
             out,
@@ -259,11 +293,11 @@ impl Renderer {
     }
 
     /// Writes the header block (once) and a pending turn heading.
-    fn begin(&mut self, out: &mut Vec<u8>, title: Option<String>) {
+    fn begin(&mut self, out: &mut Vec<u8>) {
         if !self.state.header_written {
             self.state.header_written = true;
             let h = self.state.header.take();
-            let title = title.filter(|t| !t.is_empty());
+            let title = self.state.title.take().filter(|t| !t.is_empty());
             push(
                 out,
                 &format!("# {}\n\n", title.as_deref().unwrap_or("Untitled session")),
@@ -403,7 +437,7 @@ impl Renderer {
             index,
         };
         if self.state.open != Some(block) {
-            self.begin(out, None);
+            self.begin(out);
             self.close(out);
             push(
                 out,
@@ -429,10 +463,6 @@ impl Renderer {
                     return;
                 }
             }
-            "user/message" if !self.state.header_written => {
-                let title = title_of(data);
-                self.begin(out, title);
-            }
             "assistant/chunk" if !self.chunk_renders(data) => return,
             "step/end" => {
                 self.close(out);
@@ -440,7 +470,7 @@ impl Renderer {
             }
             _ => {}
         }
-        self.begin(out, None);
+        self.begin(out);
         if ty != "assistant/chunk" {
             self.close(out);
         }
@@ -609,19 +639,6 @@ impl Renderer {
         }
         Some(())
     }
-}
-
-/// The title of a `user/message`'s data (as
-/// [`super::title::title_of_user_message`]).
-fn title_of(data: &J) -> Option<String> {
-    let texts: Vec<&str> = data
-        .get("content")?
-        .as_array()?
-        .iter()
-        .filter(|b| str_of(b, "type") == Some("text"))
-        .filter_map(|b| str_of(b, "text"))
-        .collect();
-    (!texts.is_empty()).then(|| title_of_texts(texts))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use std::io;
 
 use super::super::error::{Result, StoreError};
+use super::super::title::{scan_title, TitleScan};
 use super::super::transcript::Transcript;
 use super::json::J;
 use super::{Renderer, MAX_RENDERED_LINE};
@@ -85,6 +86,13 @@ fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
 /// piece (about one read chunk at a time: memory stays bounded). A frame
 /// that fails to decode stops the rendering (the stop is rendered).
 ///
+/// While the renderer needs the title ([`Renderer::needs_title`]), the
+/// view up to `to` is first searched for it ([`scan_title`], from where an
+/// earlier search stopped): when the transcript holds no user message yet,
+/// nothing is rendered (the renderer only records how far it looked);
+/// damage before the first user message settles the empty title, and the
+/// rendering then stops at the damage.
+///
 /// Errors: [`StoreError::Io`] reading the transcript (the renderer is left
 /// at the last whole line rendered); the sink's errors as
 /// [`StoreError::Io`] on `t`'s path.
@@ -94,6 +102,18 @@ pub fn render_range(
     to: u64,
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> Result<()> {
+    if renderer.needs_title() {
+        match scan_title(t, renderer.state().title_checked, to) {
+            Ok(TitleScan::Found(title)) => renderer.set_title(title),
+            Ok(TitleScan::NotYet { checked }) => {
+                renderer.title_checked(checked);
+                return Ok(());
+            }
+            // Rendered up to the damage, which stops it.
+            Err(e) if e.is_damage() => renderer.set_title(String::new()),
+            Err(e) => return Err(e),
+        }
+    }
     let mut out = Vec::new();
     let mut carry: Vec<u8> = Vec::new();
     // Bytes of an oversized line skipped so far (0: none).

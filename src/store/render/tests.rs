@@ -5,9 +5,23 @@ use super::*;
 
 const HEADER: &str = r#"{"type":"session","version":0,"id":"s-1","createdAt":1767614400000,"cwd":"/w","parentSession":"p-0","seedLength":3}"#;
 
+/// A renderer given the title of `lines` (the header first), as
+/// [`render_range`] gives it: the first user message's, whatever comes
+/// before it; none when there is no user message.
+fn titled(lines: &[&str]) -> Renderer {
+    let mut r = Renderer::new();
+    if let Some(title) = lines[1..]
+        .iter()
+        .find_map(|l| crate::store::title::user_message_title(l.as_bytes()))
+    {
+        r.set_title(title);
+    }
+    r
+}
+
 /// Renders `lines` (the header first) in one go.
 fn render(lines: &[&str]) -> String {
-    let mut r = Renderer::new();
+    let mut r = titled(lines);
     let mut out = Vec::new();
     for l in lines {
         r.line(l.as_bytes(), &mut out);
@@ -136,7 +150,7 @@ fn continuing_from_a_saved_state_equals_rendering_at_once() {
     ];
     let whole = render(&lines);
     for cut in 0..lines.len() {
-        let mut r = Renderer::new();
+        let mut r = titled(&lines);
         let mut out = Vec::new();
         for l in &lines[..cut] {
             r.line(l.as_bytes(), &mut out);
@@ -155,5 +169,23 @@ fn continuing_from_a_saved_state_equals_rendering_at_once() {
     assert!(
         whole.contains("**Reasoning:**\n\nabc\n\n**Todo list:**\n\n- [x] x\n"),
         "{whole}"
+    );
+}
+
+#[test]
+fn events_before_the_first_user_message_follow_the_title_given() {
+    let lines = [
+        HEADER,
+        r#"{"type":"session/start","seq":0,"time":1767614400500,"data":{}}"#,
+        r#"{"type":"user/message","seq":1,"time":1767614401000,"data":{"content":[{"type":"text","text":"Late title."}]}}"#,
+    ];
+    let md = render(&lines);
+    assert!(
+        md.starts_with("# Late title\n\n- **Session:** `s-1`"),
+        "{md}"
+    );
+    assert!(
+        md.contains("- `session/start` event, seq 0\n\n**User**"),
+        "{md}"
     );
 }
