@@ -98,6 +98,13 @@ Examples:
 {EXIT_CODES}"))]
     Mount(mount::MountArgs),
 
+    /// Internal: lists and stats a mount point for `mount`'s pre-flight
+    /// check, in a process of its own so that a daemon that never answers
+    /// cannot keep `mount` from exiting (prints `dir`, `notdir` or
+    /// `errno N`).
+    #[command(name = "__probe-mountpoint", hide = true)]
+    ProbeMountpoint { path: std::path::PathBuf },
+
     /// List the sessions of ROOT: id, created time, size, last modified,
     /// project cwd. Bad sessions are reported on stderr; the others are
     /// still listed.
@@ -255,6 +262,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
                 .args_override_self(true);
             mount::dispatch(first, &args, helper_form, mount_command)
         }
+        Command::ProbeMountpoint { path } => crate::fuse::probe_child(&path),
         Command::List(args) => list::run(args),
         Command::Locate(args) => find::locate(args),
         Command::Cat(args) => find::cat(args),

@@ -21,5 +21,5 @@ pub mod status;
 mod views;
 mod writer;
 
-pub use preflight::resolved;
+pub use preflight::{probe_child, resolved};
 pub use run::{run_mount, MountConfig};

@@ -103,8 +103,8 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
     // Listing needs a live daemon; a stat may come from the kernel's
     // attribute cache of a dead mount. A daemon that is alive but does not
     // answer (stopped, hung) would block the probe for as long as it does:
-    // the probe runs on a thread of its own and is given up after
-    // PROBE_TIMEOUT (the thread is killable and ends with the process).
+    // the probe runs in a process of its own and is given up after
+    // PROBE_TIMEOUT.
     let Some(probe) = probe_with_timeout(mountpoint, PROBE_TIMEOUT) else {
         return Err(format!(
             "mount point {shown} is a mount whose daemon does not answer (stopped or hung) \
@@ -121,8 +121,8 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
                 top.root().unwrap_or("?")
             ))
         }
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("mount point {shown} is not a directory")),
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("mount point {shown} is not a directory")),
         // ECONNABORTED: the connection was aborted, or its daemon died
         // while a request was under way.
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
@@ -153,25 +153,85 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
 /// there to answer.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Lists and stats `mountpoint` on a thread of its own; `None` when that
-/// takes longer than `timeout` (a mount whose daemon does not answer).
+/// The subcommand that probes a mount point in a child process.
+const PROBE_SUBCOMMAND: &str = "__probe-mountpoint";
+
+/// Lists and stats `mountpoint` the way the pre-flight check needs.
+fn probe(path: &Path) -> std::io::Result<std::fs::Metadata> {
+    std::fs::read_dir(path).and_then(|_| std::fs::metadata(path))
+}
+
+/// The body of `sessionfs __probe-mountpoint PATH`: probes `path` and
+/// prints `dir`, `notdir` or `errno N` on stdout; exit status 0.
+pub fn probe_child(path: &Path) -> u8 {
+    match probe(path) {
+        Ok(m) if m.is_dir() => println!("dir"),
+        Ok(_) => println!("notdir"),
+        Err(e) => println!("errno {}", e.raw_os_error().unwrap_or(libc::EIO)),
+    }
+    0
+}
+
+/// Probes `mountpoint` in a child process (`sessionfs __probe-mountpoint`);
+/// `None` when it does not answer within `timeout` (a mount whose daemon
+/// is stopped or hung). A child process, not a thread: a request the
+/// daemon read and never answers waits uninterruptibly, and a thread so
+/// stuck would keep this process from exiting; the child is killed and
+/// left to end when that daemon does. The result is a directory's
+/// metadata (`Ok(true)`), another file's (`Ok(false)`) or the error.
+/// Without a child (none can be started), the probe runs here, unbounded.
 fn probe_with_timeout(
     mountpoint: &Path,
     timeout: std::time::Duration,
-) -> Option<std::io::Result<std::fs::Metadata>> {
-    let probe = |path: &Path| std::fs::read_dir(path).and_then(|_| std::fs::metadata(path));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let path = mountpoint.to_path_buf();
-    let spawned = std::thread::Builder::new()
-        .name("sessionfs-probe".into())
-        .spawn(move || {
-            let _ = tx.send(probe(&path));
-        });
-    match spawned {
-        Ok(_) => rx.recv_timeout(timeout).ok(),
-        // No thread to spare: probe here, without the bound.
-        Err(_) => Some(probe(mountpoint)),
+) -> Option<std::io::Result<bool>> {
+    let spawned = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .arg(PROBE_SUBCOMMAND)
+            .arg(mountpoint)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+    });
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            log::debug!(
+                "no probe process ({e}); probing {} here",
+                mountpoint.display()
+            );
+            return Some(probe(mountpoint).map(|m| m.is_dir()));
+        }
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            _ => {
+                let _ = child.kill();
+                return None;
+            }
+        }
     }
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        use std::io::Read;
+        let _ = stdout.read_to_string(&mut out);
+    }
+    Some(match out.trim() {
+        "dir" => Ok(true),
+        "notdir" => Ok(false),
+        other => {
+            let errno = other
+                .strip_prefix("errno ")
+                .and_then(|n| n.parse::<i32>().ok())
+                .unwrap_or(libc::EIO);
+            Err(std::io::Error::from_raw_os_error(errno))
+        }
+    })
 }
 
 /// `fusermount3` on PATH, if any.
