@@ -1101,6 +1101,93 @@ fn trailing_garbage_is_cut_and_the_session_stays() {
     assert!(ok.success(), "zstd -t of the repaired file");
 }
 
+/// Megabytes of garbage after the last frame, holding stray frame magic
+/// numbers that start no complete frame, and a sparse run of zeros: cut
+/// like a small tail (the session stays with its frames), and the copy in
+/// the quarantine folder holds every original byte while taking about
+/// what the file takes on disk.
+#[test]
+fn large_garbage_with_stray_magic_numbers_is_cut_and_kept_sparse() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let (tmp, root) = case_copy("corrupt-tail");
+    let t = root.join(format!("{APP}/intact-control/session.jsonl.zstd"));
+    let intact = fs::read(&t).unwrap();
+    // 10 MB of xorshift bytes, with the zstd and a skippable magic number
+    // planted in them (each followed by garbage: no complete frame).
+    let mut garbage = Vec::with_capacity(10_000_000);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while garbage.len() < 10_000_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        garbage.extend_from_slice(&x.to_le_bytes());
+    }
+    garbage[1_000..1_004].copy_from_slice(&0xFD2F_B528u32.to_le_bytes());
+    garbage[5_000_000..5_000_004].copy_from_slice(&0x184D_2A50u32.to_le_bytes());
+    garbage[5_000_004..5_000_008].copy_from_slice(&u32::MAX.to_le_bytes());
+    let f = fs::OpenOptions::new().write(true).open(&t).unwrap();
+    f.write_all_at(&garbage, intact.len() as u64).unwrap();
+    // Then 256 MiB of holes (a sparse file) and a last garbage byte.
+    let len = intact.len() as u64 + garbage.len() as u64 + (256 << 20);
+    f.write_all_at(b"!", len).unwrap();
+    drop(f);
+    let on_disk = fs::metadata(&t).unwrap().blocks() * 512;
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let f = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["kind"] == "trailing_garbage"
+                && f["path"]
+                    .as_str()
+                    .is_some_and(|p| p.contains("intact-control"))
+        })
+        .unwrap_or_else(|| panic!("no trailing_garbage finding: {report}"));
+    assert_eq!(f["offset"].as_u64(), Some(intact.len() as u64), "{f}");
+    let after = fs::read(&t).expect("the session stays in the store");
+    assert_eq!(after, intact, "cut exactly at the garbage");
+    // The quarantine copy: the original bytes, stored sparse.
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    let copy = walk_files(&run)
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("intact-control"))
+        .unwrap_or_else(|| panic!("no copy of the transcript in {}", run.display()));
+    let c = fs::File::open(&copy).unwrap();
+    let meta = c.metadata().unwrap();
+    assert_eq!(meta.len(), len + 1);
+    assert!(
+        meta.blocks() * 512 <= on_disk + (1 << 20),
+        "the copy takes {} bytes on disk, the original {on_disk}",
+        meta.blocks() * 512
+    );
+    let mut head = vec![0u8; intact.len() + garbage.len()];
+    c.read_exact_at(&mut head, 0).unwrap();
+    assert!(head[..intact.len()] == intact[..] && head[intact.len()..] == garbage[..]);
+    let mut last = [0u8; 1];
+    c.read_exact_at(&mut last, len).unwrap();
+    assert_eq!(&last, b"!");
+}
+
+/// Every regular file under `dir`.
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// Garbage followed by a frame that starts with the zstd magic (here one
 /// without a checksum, which readers accept: FORMAT.md) is never cut as
 /// trailing garbage: the frame may hold committed lines.

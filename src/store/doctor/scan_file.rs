@@ -499,28 +499,71 @@ fn scan_frames(
 }
 
 /// Most bytes after the last verifiable frame that are examined for frame
-/// starts; more are never taken for garbage to cut.
-const GARBAGE_LIMIT: u64 = 1 << 20;
+/// starts (the damage classifier's search bound); more are never taken for
+/// garbage to cut.
+const GARBAGE_LIMIT: u64 = super::super::limits::SCAN_BYTES;
 
-/// Whether bytes `[at, len)` of `file` hold no start of a frame of any
-/// kind: no zstd frame magic and no skippable frame magic at any offset.
-/// Only such bytes are cut as garbage: a frame the classifier cannot
-/// verify (no checksum, a window over its limit, a damaged header) still
-/// starts with its magic, so it is kept (FORMAT.md: readers accept frames
-/// without a checksum). Bytes past [`GARBAGE_LIMIT`] are not examined and
-/// answer `false`.
+/// Most frame magic numbers in the bytes after the last verifiable frame
+/// that are walked before they are given up (and then not cut).
+const GARBAGE_CANDIDATES: usize = super::super::limits::SCAN_CANDIDATES;
+
+/// Whether bytes `[at, len)` of `file` hold no start of a complete frame
+/// of any kind: every zstd or skippable frame magic number in them starts
+/// no frame that walks to its end (header, blocks and checksum within the
+/// file, [`walk_frame`]). Only such bytes are cut as garbage: a complete
+/// frame the classifier cannot verify (no checksum, a window over its
+/// limit, a failing checksum) is kept (FORMAT.md: readers accept frames
+/// without a checksum). Bytes past [`GARBAGE_LIMIT`], or more than
+/// [`GARBAGE_CANDIDATES`] magic numbers, are not examined and answer
+/// `false`. Reads 64 KiB at a time.
 ///
 /// Errors: reading the file.
 pub fn holds_no_frame_start(file: &File, at: u64, len: u64) -> std::io::Result<bool> {
+    use super::super::frame::{walk_frame, FrameError, Step};
     if len <= at || len - at > GARBAGE_LIMIT {
         return Ok(len <= at);
     }
-    let mut buf = vec![0u8; (len - at) as usize];
-    std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, at)?;
-    let zstd = super::super::frame::ZSTD_MAGIC.to_le_bytes();
-    Ok(!buf.windows(4).any(|w| {
-        w == zstd || (w[0] & 0xF0 == 0x50 && w[1] == 0x2A && w[2] == 0x4D && w[3] == 0x18)
-    }))
+    const CHUNK: usize = 64 * 1024;
+    // The last three bytes of either magic, little-endian: zstd
+    // 28 B5 2F FD; skippable 5? 2A 4D 18.
+    let zstd_tail = memchr::memmem::Finder::new(&[0xB5, 0x2F, 0xFD]);
+    let skip_tail = memchr::memmem::Finder::new(&[0x2A, 0x4D, 0x18]);
+    let mut buf = vec![0u8; CHUNK + 3];
+    let mut candidates = 0usize;
+    let mut pos = at;
+    while pos + 4 <= len {
+        let want = ((len - pos) as usize).min(buf.len());
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut buf[..want], pos)?;
+        let chunk = &buf[..want];
+        let mut starts: Vec<usize> = zstd_tail
+            .find_iter(chunk)
+            .filter(|&i| i >= 1 && chunk[i - 1] == 0x28)
+            .chain(
+                skip_tail
+                    .find_iter(chunk)
+                    .filter(|&i| i >= 1 && chunk[i - 1] & 0xF0 == 0x50),
+            )
+            .map(|i| i - 1)
+            .collect();
+        starts.sort_unstable();
+        for i in starts {
+            candidates += 1;
+            if candidates > GARBAGE_CANDIDATES {
+                return Ok(false);
+            }
+            match walk_frame(file, pos + i as u64, len) {
+                Ok(Step::Frame(_)) => return Ok(false),
+                Ok(_) | Err(FrameError::Corrupt { .. }) => {}
+                Err(FrameError::Io(e)) => return Err(e),
+            }
+        }
+        if want < buf.len() {
+            break;
+        }
+        // A magic number across the boundary is found in the next chunk.
+        pos += (want - 3) as u64;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
