@@ -14,7 +14,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{corpus_dir, oracle, zstd_dc};
+use common::{corpus_dir, oracle, walk_files, zstd_dc};
 use serde_json::Value;
 
 fn bin() -> &'static str {
@@ -655,8 +655,8 @@ fn conflict_copies_become_forks() {
 
 // ---- Output ----
 
-#[test]
-fn json_report_follows_its_schema() {
+/// A validator of `docs/doctor-report.schema.json`.
+fn report_validator() -> jsonschema::Validator {
     let schema: Value = serde_json::from_str(
         &fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/doctor-report.schema.json"),
@@ -664,7 +664,12 @@ fn json_report_follows_its_schema() {
         .unwrap(),
     )
     .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    jsonschema::validator_for(&schema).unwrap()
+}
+
+#[test]
+fn json_report_follows_its_schema() {
+    let validator = report_validator();
     for case in ["normal", "torn", "stray-files", "duplicate"] {
         let (tmp, root) = case_copy(case);
         for extra in [&[][..], &["--repair"][..]] {
@@ -732,14 +737,7 @@ fn many_skippable_frames_are_one_finding() {
         "{s}"
     );
     assert_eq!(report["summary"]["problems_left"], 1);
-    let schema: Value = serde_json::from_str(
-        &fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/doctor-report.schema.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = report_validator();
     assert!(validator.is_valid(&report), "{report:#}");
     // The repair is the one of a single skippable frame: the file set
     // aside whole, once, its bytes kept in the quarantine folder.
@@ -1169,23 +1167,6 @@ fn large_garbage_with_stray_magic_numbers_is_cut_and_kept_sparse() {
     let mut last = [0u8; 1];
     c.read_exact_at(&mut last, len).unwrap();
     assert_eq!(&last, b"!");
-}
-
-/// Every regular file under `dir`.
-fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 /// Garbage followed by a frame that starts with the zstd magic (here one

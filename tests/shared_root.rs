@@ -400,7 +400,7 @@ fn crash_and_continue(envs: &[(&str, String)], skew_lock_mtime: Option<i64>) {
     );
     // Exactly one taker cut the torn frame and kept it in quarantine.
     let qroot = scratch.path().join("state/sessionfs/quarantine");
-    let kept: Vec<PathBuf> = walk(&qroot)
+    let kept: Vec<PathBuf> = common::walk_files(&qroot)
         .into_iter()
         .filter(|p| p.file_name().unwrap() != "note.txt")
         .collect();
@@ -412,22 +412,6 @@ fn crash_and_continue(envs: &[(&str, String)], skew_lock_mtime: Option<i64>) {
         protocol_files(&dir)
     );
     assert!(elapsed < cfg.takeover_after() + Duration::from_secs(2) + Duration::from_secs(30));
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 #[test]
