@@ -26,6 +26,10 @@ use super::transcript::Encoding;
 /// How many bad raw lines are named one by one; the rest are counted.
 const MAX_BAD_LINES: usize = 20;
 
+/// Problems of frames after the header listed per transcript; more are
+/// counted, so a file of many small bad frames stays one short report.
+const MAX_FRAME_PROBLEMS: usize = 20;
+
 /// What a check found in one transcript.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
@@ -62,6 +66,10 @@ pub struct CheckReport {
     pub repaired: bool,
     /// Where `--repair` copied the bytes it cut (the quarantine folder).
     pub quarantined: Option<PathBuf>,
+    /// Frames after the header that failed to decode or ended inside a
+    /// line: the first [`MAX_FRAME_PROBLEMS`] are in `problems`, the
+    /// others counted in one more problem.
+    pub frame_problems: usize,
 }
 
 impl CheckReport {
@@ -297,7 +305,11 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
             }
             Ok(None) => {
                 last_counted = Some((info.offset, false, 0));
-                if data_frames > 1 && first_corrupt.is_none() {
+                // Rewritten below as the damage: only a problem listed.
+                if data_frames > 1
+                    && first_corrupt.is_none()
+                    && report.frame_problems <= MAX_FRAME_PROBLEMS
+                {
                     first_corrupt = Some((info.offset, report.problems.len().saturating_sub(1)));
                 }
             }
@@ -310,6 +322,12 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
     });
     if let Some(e) = io_error {
         return Err(StoreError::io("read", &report.path, e));
+    }
+    if report.frame_problems > MAX_FRAME_PROBLEMS {
+        report.problems.push(format!(
+            "{} more frames fail to decode or end inside a line",
+            report.frame_problems - MAX_FRAME_PROBLEMS
+        ));
     }
     let end = end.map_err(|e| match e {
         FrameError::Io(e) => StoreError::io("read", &report.path, e),
@@ -407,6 +425,15 @@ fn check_header_frame(
     }
 }
 
+/// Notes a problem of a frame after the header: listed while fewer than
+/// [`MAX_FRAME_PROBLEMS`] are, counted always.
+fn push_frame_problem(report: &mut CheckReport, text: String) {
+    if report.frame_problems < MAX_FRAME_PROBLEMS {
+        report.problems.push(text);
+    }
+    report.frame_problems += 1;
+}
+
 /// Checks a frame after the header: decodes it (streaming, checksum
 /// verified) and checks that it ends with a complete line.
 fn check_frame(
@@ -417,17 +444,16 @@ fn check_frame(
     match decode::scan(file, info, false) {
         Ok(summary) => {
             if summary.last_byte.is_some_and(|b| b != b'\n') {
-                report
-                    .problems
-                    .push(format!("frame at byte {}: ends inside a line", info.offset));
+                push_frame_problem(
+                    report,
+                    format!("frame at byte {}: ends inside a line", info.offset),
+                );
             }
             Ok(Some(summary.plain_len))
         }
         Err(FrameError::Io(e)) => Err(e),
         Err(FrameError::Corrupt { offset, reason }) => {
-            report
-                .problems
-                .push(format!("frame at byte {offset}: {reason}"));
+            push_frame_problem(report, format!("frame at byte {offset}: {reason}"));
             Ok(None)
         }
     }
@@ -634,6 +660,34 @@ mod tests {
             bytes.extend_from_slice(&skippable);
         }
         (bytes, prefix)
+    }
+
+    #[test]
+    fn many_frames_ending_inside_a_line_are_listed_up_to_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1767603700000,\"cwd\":\"/tmp/h\",\"delegationDepth\":0}\n";
+        let mut bytes = encode_frame(header).unwrap();
+        for _ in 0..5_000 {
+            bytes.extend(encode_frame(b"{\"type\":").unwrap());
+        }
+        fs::write(&path, &bytes).unwrap();
+        let r = check_transcript(&path, false).unwrap();
+        assert_eq!(r.frame_problems, 5_000);
+        assert_eq!(r.problems.len(), MAX_FRAME_PROBLEMS + 1, "{:?}", r.problems);
+        assert!(
+            r.problems[0].ends_with("ends inside a line"),
+            "{}",
+            r.problems[0]
+        );
+        assert_eq!(
+            r.problems.last().unwrap(),
+            &format!(
+                "{} more frames fail to decode or end inside a line",
+                5_000 - MAX_FRAME_PROBLEMS
+            )
+        );
+        assert_eq!(r.frames, 5_001);
     }
 
     #[test]

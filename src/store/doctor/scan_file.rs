@@ -6,6 +6,7 @@
 //!
 //! Source: FORMAT.md ("Reading and recovery"), MOUNT.md ("The tree").
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -312,6 +313,7 @@ fn scan_frames(
     let mut io_error = None;
     let mut buf = vec![0u8; 64 * 1024];
     let mut frame_findings: Vec<Finding> = Vec::new();
+    let mut capped = CappedFindings::default();
     let mut frame_starts: Vec<(u64, u64)> = Vec::new();
     let mut data_frames = 0u64;
     // Skippable frames are counted, not listed (a file may hold millions);
@@ -335,7 +337,8 @@ fn scan_frames(
                 return false;
             }
             Err(FrameError::Corrupt { offset, reason }) => {
-                frame_findings.push(
+                capped.note(
+                    &mut frame_findings,
                     Finding::new(
                         &path,
                         Kind::CorruptFrame,
@@ -377,7 +380,8 @@ fn scan_frames(
             }
         }
         if let Some((offset, reason)) = failed {
-            frame_findings.push(
+            capped.note(
+                &mut frame_findings,
                 Finding::new(
                     &path,
                     Kind::CorruptFrame,
@@ -394,7 +398,8 @@ fn scan_frames(
             lines.feed(&decoded, check);
             plain += decoded.len() as u64;
             if decoded.last().is_some_and(|&b| b != b'\n') {
-                frame_findings.push(
+                capped.note(
+                    &mut frame_findings,
                     Finding::new(&path, Kind::SplitLine, "the frame ends inside a line")
                         .at(info.offset),
                 );
@@ -493,9 +498,54 @@ fn scan_frames(
             frame_findings.push(Finding::new(&path, Kind::Damaged, detail).at(d.at));
         }
     }
+    capped.finish(&path, &mut frame_findings);
     scan.findings.extend(frame_findings);
     scan.frame_starts = frame_starts;
     Ok(())
+}
+
+/// Findings made per frame (a frame that fails to decode, one that ends
+/// inside a line) kept whole per file and kind; more are counted in one
+/// finding each, so that a file of many small bad frames costs a short
+/// report and bounded memory.
+const FRAME_FINDINGS_KEPT: usize = 20;
+
+/// The per-frame findings of one file beyond [`FRAME_FINDINGS_KEPT`] of a
+/// kind: how many, and where the first of them is.
+#[derive(Default)]
+struct CappedFindings {
+    kept: BTreeMap<Kind, usize>,
+    more: BTreeMap<Kind, (u64, Option<u64>)>,
+}
+
+impl CappedFindings {
+    /// Keeps `f` in `findings`, or counts it when its kind has enough.
+    fn note(&mut self, findings: &mut Vec<Finding>, f: Finding) {
+        let kept = self.kept.entry(f.kind).or_default();
+        if *kept < FRAME_FINDINGS_KEPT {
+            *kept += 1;
+            findings.push(f);
+            return;
+        }
+        let more = self.more.entry(f.kind).or_insert((0, f.offset));
+        more.0 += 1;
+    }
+
+    /// One finding per kind for the counted ones.
+    fn finish(self, path: &Path, findings: &mut Vec<Finding>) {
+        for (kind, (n, first)) in self.more {
+            let at = first.map_or_else(String::new, |o| format!(", the first at byte {o}"));
+            let mut f = Finding::new(
+                path,
+                kind,
+                format!("{n} more frames like the {FRAME_FINDINGS_KEPT} above{at}"),
+            );
+            if let Some(o) = first {
+                f = f.at(o);
+            }
+            findings.push(f);
+        }
+    }
 }
 
 /// Most bytes after the last verifiable frame that are examined for frame
@@ -607,5 +657,36 @@ mod tests {
         assert_eq!(scan.plain_len, (header.len() + event.len()) as u64);
         assert_eq!(scan.torn_at, None);
         assert!(scan.header.is_some());
+    }
+
+    /// 5,000 frames that each end inside a line: the first 20 findings
+    /// kept, the others counted in one more finding of the same kind.
+    #[test]
+    fn many_frames_ending_inside_a_line_make_21_findings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1767603700000,\"cwd\":\"/tmp/h\",\"delegationDepth\":0}\n";
+        let mut bytes = encode_frame(header).unwrap();
+        let first_split = bytes.len() as u64;
+        for _ in 0..5_000 {
+            bytes.extend(encode_frame(b"{\"type\":").unwrap());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let scan = scan_file(&path, false);
+        let split: Vec<&Finding> = scan
+            .findings
+            .iter()
+            .filter(|f| f.kind == Kind::SplitLine)
+            .collect();
+        assert_eq!(split.len(), FRAME_FINDINGS_KEPT + 1, "{:?}", scan.findings);
+        assert_eq!(split[0].offset, Some(first_split));
+        let last = split.last().unwrap();
+        assert!(
+            last.detail
+                .starts_with(&format!("{} more frames like", 5_000 - FRAME_FINDINGS_KEPT)),
+            "{}",
+            last.detail
+        );
+        assert_eq!(scan.frames, 5_001);
     }
 }
