@@ -119,6 +119,16 @@ fn stat_and_reads_do_not_wait_for_a_commit_stuck_behind_a_dead_holders_lock() {
         "the lease ended too early for this test"
     );
 
+    // A second descriptor writes the line after the one shown: it waits
+    // for the first handle's commit (a write at the end commits the lines
+    // pending before it) instead of being refused for its `seq`.
+    let second_view = view.clone();
+    let second = thread::spawn(move || {
+        let mut f = OpenOptions::new().append(true).open(&second_view)?;
+        f.write_all(line(2).as_bytes())?;
+        f.sync_all()
+    });
+
     let deadline = Instant::now() + Duration::from_secs(30);
     while !fsync.is_finished() {
         assert!(Instant::now() < deadline, "fsync still waits 30 s later");
@@ -126,6 +136,19 @@ fn stat_and_reads_do_not_wait_for_a_commit_stuck_behind_a_dead_holders_lock() {
     }
     let (r, took) = fsync.join().unwrap();
     r.unwrap_or_else(|e| panic!("fsync after the takeover failed: {e}\n{}", m.log()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !second.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the second writer still waits 30 s later"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    second
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the second descriptor's line was refused: {e}\n{}", m.log()));
+    let want = format!("{want}{}", line(2));
     assert!(
         took >= Duration::from_millis(LEASE_MS),
         "the lock was taken over after {took:?}, before the lease ended"

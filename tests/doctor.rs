@@ -1129,6 +1129,9 @@ fn large_garbage_with_stray_magic_numbers_is_cut_and_kept_sparse() {
     let len = intact.len() as u64 + garbage.len() as u64 + (256 << 20);
     f.write_all_at(b"!", len).unwrap();
     drop(f);
+    // A mode the copy must keep (not the 0600 of a new private file).
+    let mode = 0o640;
+    fs::set_permissions(&t, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
     let on_disk = fs::metadata(&t).unwrap().blocks() * 512;
 
     let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
@@ -1167,6 +1170,29 @@ fn large_garbage_with_stray_magic_numbers_is_cut_and_kept_sparse() {
     let mut last = [0u8; 1];
     c.read_exact_at(&mut last, len).unwrap();
     assert_eq!(&last, b"!");
+    drop(c);
+    // --restore gives the original back: its bytes, its holes, its mode.
+    let out = sessionfs(
+        tmp.path(),
+        &["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let back = fs::File::open(&t).unwrap();
+    let meta = back.metadata().unwrap();
+    assert_eq!(meta.len(), len + 1);
+    assert_eq!(meta.mode() & 0o7777, mode, "the restored file's mode");
+    assert!(
+        meta.blocks() * 512 <= on_disk + (1 << 20),
+        "the restored file takes {} bytes on disk, the original {on_disk}",
+        meta.blocks() * 512
+    );
+    let mut head = vec![0u8; intact.len() + garbage.len()];
+    back.read_exact_at(&mut head, 0).unwrap();
+    assert!(head[..intact.len()] == intact[..] && head[intact.len()..] == garbage[..]);
 }
 
 /// Garbage followed by a frame that starts with the zstd magic (here one

@@ -196,7 +196,7 @@ impl SessionFs {
     fn commit_others_of(&self, w: &Arc<Writer>) {
         for other in self.writers() {
             if other.ino == w.ino && !Arc::ptr_eq(&other, w) && other.pending_complete_len() > 0 {
-                let committed = other.commit_for_reader(&self.store);
+                let committed = other.commit_now(&self.store);
                 if let Committed::Batch = committed {
                     self.committed_in(&other.session_dir());
                 }
@@ -288,7 +288,7 @@ impl SessionFs {
     pub fn commit_all(&self) -> usize {
         let mut committed = 0;
         for w in self.writers() {
-            if let Committed::Batch = w.commit_for_reader(&self.store) {
+            if let Committed::Batch = w.commit_now(&self.store) {
                 self.committed_in(&w.session_dir());
                 committed += 1;
             }

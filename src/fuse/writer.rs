@@ -332,6 +332,22 @@ impl Writer {
         committed
     }
 
+    /// Commits what is pending for another writer of the same transcript
+    /// (a write at the end from another descriptor) or at unmount: waits
+    /// for the session's lock like [`Writer::fsync`] (the handle's state
+    /// unlocked between attempts); a dropped batch's error is kept for the
+    /// handle's next write, flush or fsync.
+    pub fn commit_now(&self, store: &Store) -> Committed {
+        let mut p = self.pending.lock();
+        if p.failed.is_some() {
+            return Committed::Nothing;
+        }
+        // A dropped batch is kept in `failed` (see `outcome`); a kept one
+        // is retried by a later fsync, close or tick.
+        self.commit_locked(store, &mut p)
+            .unwrap_or(Committed::Nothing)
+    }
+
     /// Commits because a reader reached past the committed end; an error
     /// is kept for the handle's next write, flush or fsync.
     pub fn commit_for_reader(&self, store: &Store) -> Committed {

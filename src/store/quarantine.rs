@@ -158,6 +158,9 @@ impl Quarantine {
         }
         copy_sparse(src, start, end, &out)?;
         out.set_len(end - start)?;
+        // The original's mode, so that a restore gives it back (the
+        // quarantine folder itself is private, 0700).
+        out.set_permissions(src.metadata()?.permissions())?;
         out.sync_all()?;
         File::open(&dest_dir)?.sync_all()?;
         Ok(dest)
@@ -207,6 +210,26 @@ pub fn root_and_rel(path: &Path) -> (PathBuf, PathBuf) {
     (root, rel)
 }
 
+/// Copies the file `from` to `to` (created or truncated) with its holes
+/// kept ([`copy_sparse`]) and its mode, and fsyncs the copy: what
+/// `std::fs::copy` does, without writing out a sparse file in full.
+///
+/// Errors: opening, reading or writing either file.
+pub fn copy_file_sparse(from: &Path, to: &Path) -> io::Result<()> {
+    let src = File::open(from)?;
+    let meta = src.metadata()?;
+    let out = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(to)?;
+    copy_sparse(&src, 0, meta.len(), &out)?;
+    out.set_len(meta.len())?;
+    out.set_permissions(meta.permissions())?;
+    out.sync_all()
+}
+
 /// Copies bytes `[start, end)` of `src` to `out` at offset 0, leaving
 /// holes where `src` has holes (`SEEK_DATA`/`SEEK_HOLE`) and where a
 /// 64 KiB block reads as zeros, so that a sparse file of gigabytes costs
@@ -214,7 +237,7 @@ pub fn root_and_rel(path: &Path) -> (PathBuf, PathBuf) {
 ///
 /// Errors: reading `src` (a file that shrinks meanwhile: UnexpectedEof),
 /// writing `out`.
-fn copy_sparse(src: &File, start: u64, end: u64, out: &File) -> io::Result<()> {
+pub(crate) fn copy_sparse(src: &File, start: u64, end: u64, out: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     const BLOCK: usize = 64 * 1024;
     let mut buf = vec![0u8; BLOCK];

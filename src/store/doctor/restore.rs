@@ -106,8 +106,7 @@ fn put(copy: &Path, dest: &Path, replace: bool) -> std::io::Result<()> {
             .unwrap_or_default(),
         0x7e57
     ));
-    fs::copy(copy, &tmp)?;
-    File::open(&tmp)?.sync_all()?;
+    super::super::quarantine::copy_file_sparse(copy, &tmp)?;
     if replace {
         fs::rename(&tmp, dest)?;
     } else {
@@ -143,8 +142,7 @@ fn set_aside(run: &Path, what: &Path) -> std::io::Result<PathBuf> {
                 stack.push((entry.path(), to.join(entry.file_name())));
             }
         } else if meta.is_file() {
-            fs::copy(&from, &to)?;
-            File::open(&to)?.sync_all()?;
+            super::super::quarantine::copy_file_sparse(&from, &to)?;
         }
     }
     super::super::publish::sync_dir(&dir).map_err(|e| std::io::Error::other(e.to_string()))?;
