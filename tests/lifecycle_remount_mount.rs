@@ -245,6 +245,42 @@ fn a_mount_over_a_stopped_daemon_is_refused_in_bounded_time() {
     );
     second.disown_mount_point();
     drop(second);
+    // Paths through the stopped mount: resolving them would block as
+    // long, uninterruptibly; refused the same way.
+    let name = mnt.file_name().unwrap().to_os_string();
+    let through = [
+        mnt.join("..").join(&name),
+        mnt.join("--home-alice-work-app--"),
+    ];
+    for path in &through {
+        let args: Vec<&OsStr> = vec![
+            OsStr::new("mount"),
+            root.path().as_os_str(),
+            path.as_os_str(),
+        ];
+        let mut other = Daemon::spawn(&args, path, &[]);
+        let status = other.wait(Duration::from_secs(30));
+        if !status.is_some_and(|s| s.code() == Some(1)) {
+            // Resumed first: a daemon stuck in the stopped mount would
+            // otherwise keep the drop below waiting for it.
+            // SAFETY: kill(2) with a pid this test spawned.
+            unsafe { libc::kill(resume.0 as i32, libc::SIGCONT) };
+        }
+        assert!(
+            status.is_some_and(|s| s.code() == Some(1)),
+            "a mount at {} (through a stopped daemon's mount) did not end with a refusal \
+             ({status:?}); log:\n{}",
+            path.display(),
+            other.log()
+        );
+        assert!(
+            other.log().contains("does not answer"),
+            "no reason given:\n{}",
+            other.log()
+        );
+        other.disown_mount_point();
+        drop(other);
+    }
 
     drop(resume);
     assert!(

@@ -105,6 +105,11 @@ Examples:
     #[command(name = "__probe-mountpoint", hide = true)]
     ProbeMountpoint { path: std::path::PathBuf },
 
+    /// Internal: resolves a path (links, `..`) for `mount`, in a process
+    /// of its own for the same reason (prints the path).
+    #[command(name = "__resolve-path", hide = true)]
+    ResolvePath { path: std::path::PathBuf },
+
     /// List the sessions of ROOT: id, created time, size, last modified,
     /// project cwd. Bad sessions are reported on stderr; the others are
     /// still listed.
@@ -263,6 +268,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
             mount::dispatch(first, &args, helper_form, mount_command)
         }
         Command::ProbeMountpoint { path } => crate::fuse::probe_child(&path),
+        Command::ResolvePath { path } => crate::fuse::resolve_child(&path),
         Command::List(args) => list::run(args),
         Command::Locate(args) => find::locate(args),
         Command::Cat(args) => find::cat(args),

@@ -131,7 +131,10 @@ fn run(
         Ok(identity) => identity,
         Err(e) => return fail(e),
     };
-    let mountpoint = crate::fuse::resolved(&args.mountpoint);
+    let mountpoint = match crate::fuse::resolved_bounded(&args.mountpoint) {
+        Ok(path) => path,
+        Err(why) => return fail(why),
+    };
     let config = crate::fuse::MountConfig {
         root: identity.io_path().to_path_buf(),
         mountpoint,

@@ -21,5 +21,5 @@ pub mod status;
 mod views;
 mod writer;
 
-pub use preflight::{probe_child, resolved};
+pub use preflight::{probe_child, resolve_child, resolved, resolved_bounded};
 pub use run::{run_mount, MountConfig};

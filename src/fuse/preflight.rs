@@ -172,22 +172,20 @@ pub fn probe_child(path: &Path) -> u8 {
     0
 }
 
-/// Probes `mountpoint` in a child process (`sessionfs __probe-mountpoint`);
-/// `None` when it does not answer within `timeout` (a mount whose daemon
-/// is stopped or hung). A child process, not a thread: a request the
-/// daemon read and never answers waits uninterruptibly, and a thread so
-/// stuck would keep this process from exiting; the child is killed and
-/// left to end when that daemon does. The result is a directory's
-/// metadata (`Ok(true)`), another file's (`Ok(false)`) or the error.
-/// Without a child (none can be started), the probe runs here, unbounded.
-fn probe_with_timeout(
-    mountpoint: &Path,
+/// Runs `sessionfs SUBCOMMAND PATH` and returns what it printed; `None`
+/// when it does not end within `timeout` (it is killed and left to end
+/// when whatever blocks it does: a request a stopped or hung daemon read
+/// and never answers waits uninterruptibly, and this process must still
+/// be able to exit), `Some(Err)` when no child can be started.
+fn run_child_bounded(
+    subcommand: &str,
+    path: &Path,
     timeout: std::time::Duration,
-) -> Option<std::io::Result<bool>> {
+) -> Option<std::io::Result<Vec<u8>>> {
     let spawned = std::env::current_exe().and_then(|exe| {
         std::process::Command::new(exe)
-            .arg(PROBE_SUBCOMMAND)
-            .arg(mountpoint)
+            .arg(subcommand)
+            .arg(path)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -195,13 +193,7 @@ fn probe_with_timeout(
     });
     let mut child = match spawned {
         Ok(child) => child,
-        Err(e) => {
-            log::debug!(
-                "no probe process ({e}); probing {} here",
-                mountpoint.display()
-            );
-            return Some(probe(mountpoint).map(|m| m.is_dir()));
-        }
+        Err(e) => return Some(Err(e)),
     };
     let deadline = std::time::Instant::now() + timeout;
     loop {
@@ -216,12 +208,34 @@ fn probe_with_timeout(
             }
         }
     }
-    let mut out = String::new();
+    let mut out = Vec::new();
     if let Some(mut stdout) = child.stdout.take() {
         use std::io::Read;
-        let _ = stdout.read_to_string(&mut out);
+        let _ = stdout.read_to_end(&mut out);
     }
-    Some(match out.trim() {
+    Some(Ok(out))
+}
+
+/// Probes `mountpoint` in a child process (`sessionfs __probe-mountpoint`);
+/// `None` when it does not answer within `timeout` (a mount whose daemon
+/// is stopped or hung). The result is a directory's metadata (`Ok(true)`),
+/// another file's (`Ok(false)`) or the error. Without a child (none can be
+/// started), the probe runs here, unbounded.
+fn probe_with_timeout(
+    mountpoint: &Path,
+    timeout: std::time::Duration,
+) -> Option<std::io::Result<bool>> {
+    let out = match run_child_bounded(PROBE_SUBCOMMAND, mountpoint, timeout)? {
+        Ok(out) => out,
+        Err(e) => {
+            log::debug!(
+                "no probe process ({e}); probing {} here",
+                mountpoint.display()
+            );
+            return Some(probe(mountpoint).map(|m| m.is_dir()));
+        }
+    };
+    Some(match String::from_utf8_lossy(&out).trim() {
         "dir" => Ok(true),
         "notdir" => Ok(false),
         other => {
@@ -232,6 +246,38 @@ fn probe_with_timeout(
             Err(std::io::Error::from_raw_os_error(errno))
         }
     })
+}
+
+/// The subcommand that resolves a path in a child process.
+const RESOLVE_SUBCOMMAND: &str = "__resolve-path";
+
+/// The body of `sessionfs __resolve-path PATH`: prints [`resolved`] of
+/// `path` (its bytes, no newline); exit status 0.
+pub fn resolve_child(path: &Path) -> u8 {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let _ = std::io::stdout().write_all(resolved(path).as_os_str().as_bytes());
+    0
+}
+
+/// [`resolved`], in a child process bounded by [`PROBE_TIMEOUT`]: a path
+/// through a mount whose daemon does not answer (stopped or hung) would
+/// block a resolution here for as long, uninterruptibly.
+///
+/// Errors: a message naming the path and the fix when the child does not
+/// answer in time. Without a child, the path is resolved here.
+pub fn resolved_bounded(path: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::ffi::OsStringExt;
+    match run_child_bounded(RESOLVE_SUBCOMMAND, path, PROBE_TIMEOUT) {
+        Some(Ok(out)) if !out.is_empty() => Ok(PathBuf::from(std::ffi::OsString::from_vec(out))),
+        Some(_) => Ok(resolved(path)),
+        None => Err(format!(
+            "{} passes through a mount whose daemon does not answer (stopped or hung) within \
+             {PROBE_TIMEOUT:?}; unmount it with `umount -l` (or `fusermount3 -u -z`), or \
+             resume that daemon, and retry",
+            path.display()
+        )),
+    }
 }
 
 /// `fusermount3` on PATH, if any.
