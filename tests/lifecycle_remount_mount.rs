@@ -260,7 +260,7 @@ fn a_mount_over_a_stopped_daemon_is_refused_in_bounded_time() {
         ];
         let mut other = Daemon::spawn(&args, path, &[]);
         let status = other.wait(Duration::from_secs(30));
-        if !status.is_some_and(|s| s.code() == Some(1)) {
+        if status.is_none_or(|s| s.code() != Some(1)) {
             // Resumed first: a daemon stuck in the stopped mount would
             // otherwise keep the drop below waiting for it.
             // SAFETY: kill(2) with a pid this test spawned.
