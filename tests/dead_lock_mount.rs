@@ -163,3 +163,80 @@ fn stat_and_reads_do_not_wait_for_a_commit_stuck_behind_a_dead_holders_lock() {
     drop(f);
     m.stop();
 }
+
+/// The first writer's close (flush) waits for the dead holder's lock to
+/// commit its line; a second descriptor's next line, written meanwhile,
+/// waits for that commit and lands after it, instead of being refused for
+/// its `seq` (flush, unlike fsync, leaves the kernel's inode lock free, so
+/// the second write reaches the daemon during the wait).
+#[test]
+fn a_second_descriptor_waits_for_the_first_ones_stuck_commit() {
+    let root = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
+    let lease = LEASE_MS.to_string();
+    let m = Mount::start_custom(
+        bin,
+        root.path(),
+        &["--batch-ms", "60000"],
+        Duration::from_secs(120),
+        &[("SESSIONFS_LEASE_MS", &lease)],
+    );
+    let cwd = "/srv/deadlock";
+    let project = sessionfs::store::naming::project_dir_name(Some(cwd)).unwrap();
+    let rel = Path::new(&project).join("dl-2");
+    fs::create_dir(m.join(&project)).unwrap();
+    fs::create_dir(m.join(&rel)).unwrap();
+    let view = m.join(&rel).join("session.jsonl");
+    let header = format!(
+        "{{\"type\":\"session\",\"version\":0,\"id\":\"dl-2\",\"createdAt\":1767600000000,\"cwd\":\"{cwd}\",\"delegationDepth\":0}}\n"
+    );
+    {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&view)
+            .unwrap();
+        f.write_all(format!("{header}{}", line(0)).as_bytes())
+            .unwrap();
+        f.sync_all().unwrap();
+    }
+    plant_dead_lock(&root.path().join(&rel));
+    let mut w = OpenOptions::new().append(true).open(&view).unwrap();
+    w.write_all(line(1).as_bytes()).unwrap();
+    // Its close commits, and waits for the lock.
+    let first = thread::spawn(move || {
+        use std::os::fd::IntoRawFd;
+        let fd = w.into_raw_fd();
+        // SAFETY: `fd` was just taken out of the `File`; nobody else owns it.
+        if unsafe { libc::close(fd) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !first.is_finished(),
+        "the first close did not wait for the lock"
+    );
+    let second = {
+        let mut f = OpenOptions::new().append(true).open(&view).unwrap();
+        f.write_all(line(2).as_bytes()).and_then(|()| f.sync_all())
+    };
+    second.unwrap_or_else(|e| panic!("the second descriptor's line was refused: {e}\n{}", m.log()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !first.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the first close still waits 30 s later"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    first.join().unwrap().unwrap();
+    let stored = zstd_dc(&root.path().join(&rel).join("session.jsonl.zstd"));
+    assert_eq!(
+        String::from_utf8(stored).unwrap(),
+        format!("{header}{}{}{}", line(0), line(1), line(2))
+    );
+    m.stop();
+}
