@@ -43,38 +43,67 @@ fn plant_dead_lock(dir: &Path) {
     fs::write(dir.join(LOCK_NAME), body.encode()).unwrap();
 }
 
-#[test]
-fn stat_and_reads_do_not_wait_for_a_commit_stuck_behind_a_dead_holders_lock() {
+/// A mount of a new root (lease [`LEASE_MS`], the mount options `args`)
+/// holding the session `id` with its header and line 0 committed, and a
+/// dead holder's lock planted in its directory.
+struct Fixture {
+    root: tempfile::TempDir,
+    m: Mount,
+    /// The session directory, relative to the root.
+    rel: std::path::PathBuf,
+    /// `session.jsonl` through the mount.
+    view: std::path::PathBuf,
+    header: String,
+}
+
+fn session_behind_a_dead_lock(id: &str, args: &[&str]) -> Fixture {
     let root = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
     let lease = LEASE_MS.to_string();
     let m = Mount::start_custom(
         bin,
         root.path(),
-        &["--attr-timeout", "0", "--batch-ms", "60000"],
+        args,
         Duration::from_secs(120),
         &[("SESSIONFS_LEASE_MS", &lease)],
     );
     let cwd = "/srv/deadlock";
     let project = sessionfs::store::naming::project_dir_name(Some(cwd)).unwrap();
-    let rel = Path::new(&project).join("dl-1");
+    let rel = Path::new(&project).join(id);
     fs::create_dir(m.join(&project)).unwrap();
     fs::create_dir(m.join(&rel)).unwrap();
     let view = m.join(&rel).join("session.jsonl");
     let header = format!(
-        "{{\"type\":\"session\",\"version\":0,\"id\":\"dl-1\",\"createdAt\":1767600000000,\"cwd\":\"{cwd}\",\"delegationDepth\":0}}\n"
+        "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1767600000000,\"cwd\":\"{cwd}\",\"delegationDepth\":0}}\n"
     );
-    {
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&view)
-            .unwrap();
-        f.write_all(format!("{header}{}", line(0)).as_bytes())
-            .unwrap();
-        f.sync_all().unwrap();
-    }
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&view)
+        .unwrap();
+    f.write_all(format!("{header}{}", line(0)).as_bytes())
+        .unwrap();
+    f.sync_all().unwrap();
+    drop(f);
     plant_dead_lock(&root.path().join(&rel));
+    Fixture {
+        root,
+        m,
+        rel,
+        view,
+        header,
+    }
+}
+
+#[test]
+fn stat_and_reads_do_not_wait_for_a_commit_stuck_behind_a_dead_holders_lock() {
+    let Fixture {
+        root,
+        m,
+        rel,
+        view,
+        header,
+    } = session_behind_a_dead_lock("dl-1", &["--attr-timeout", "0", "--batch-ms", "60000"]);
 
     // A writer of this mount: one pending line, then fsync, which waits
     // until the dead holder's lease ended and takes the lock over.
@@ -171,36 +200,13 @@ fn stat_and_reads_do_not_wait_for_a_commit_stuck_behind_a_dead_holders_lock() {
 /// the second write reaches the daemon during the wait).
 #[test]
 fn a_second_descriptor_waits_for_the_first_ones_stuck_commit() {
-    let root = tempfile::tempdir().unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
-    let lease = LEASE_MS.to_string();
-    let m = Mount::start_custom(
-        bin,
-        root.path(),
-        &["--batch-ms", "60000"],
-        Duration::from_secs(120),
-        &[("SESSIONFS_LEASE_MS", &lease)],
-    );
-    let cwd = "/srv/deadlock";
-    let project = sessionfs::store::naming::project_dir_name(Some(cwd)).unwrap();
-    let rel = Path::new(&project).join("dl-2");
-    fs::create_dir(m.join(&project)).unwrap();
-    fs::create_dir(m.join(&rel)).unwrap();
-    let view = m.join(&rel).join("session.jsonl");
-    let header = format!(
-        "{{\"type\":\"session\",\"version\":0,\"id\":\"dl-2\",\"createdAt\":1767600000000,\"cwd\":\"{cwd}\",\"delegationDepth\":0}}\n"
-    );
-    {
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&view)
-            .unwrap();
-        f.write_all(format!("{header}{}", line(0)).as_bytes())
-            .unwrap();
-        f.sync_all().unwrap();
-    }
-    plant_dead_lock(&root.path().join(&rel));
+    let Fixture {
+        root,
+        m,
+        rel,
+        view,
+        header,
+    } = session_behind_a_dead_lock("dl-2", &["--batch-ms", "60000"]);
     let mut w = OpenOptions::new().append(true).open(&view).unwrap();
     w.write_all(line(1).as_bytes()).unwrap();
     // Its close commits, and waits for the lock.
