@@ -382,7 +382,8 @@ fn damage_text(d: &Damage) -> String {
         ),
         None => format!(
             "byte {}: {}; nothing after it can be read, and --repair changes nothing \
-             (`sessionfs doctor --repair` cuts it when it holds no frame, keeping a copy)",
+             (`sessionfs doctor --repair` cuts it when no complete frame starts in it, else \
+             sets the transcript aside; a copy is kept either way)",
             d.at, d.reason
         ),
     }

@@ -86,7 +86,7 @@ pub enum StoreError {
         reason: String,
         /// Every byte from `at` to the end was examined and no verifiable
         /// frame starts there: trailing garbage, which `sessionfs doctor
-        /// --repair` cuts when it holds no frame start.
+        /// --repair` cuts when no complete frame starts in it.
         nothing_verifiable_follows: bool,
     },
     /// The header line is longer than `limit` bytes (the most sessionfs
@@ -350,8 +350,8 @@ impl fmt::Display for StoreError {
                     write!(
                         f,
                         "`sessionfs doctor --repair '{}'` cuts the bytes from byte {at} when \
-                         they hold no frame start, keeping a copy of the file in its \
-                         quarantine folder",
+                         no complete frame starts in them (else it sets the transcript aside), \
+                         keeping a copy of the file in its quarantine folder",
                         Shown(path)
                     )
                 } else {
