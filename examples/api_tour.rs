@@ -17,7 +17,7 @@ use sessionfs::api::{Error, Root};
 /// The session this tour creates; `cse_` + the same body finds it.
 const ID: &str = "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
 const COMPAT_ID: &str = "cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
-const CWD: &str = "/home/alice/work/app";
+const CWD: &str = "/home/alice/code/app";
 const CREATED_AT_MS: u64 = 1_767_603_711_000;
 
 fn main() -> ExitCode {

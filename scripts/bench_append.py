@@ -24,8 +24,8 @@ import time
 BIN, WORK, ORACLE = sys.argv[1], sys.argv[2], sys.argv[3]
 N = int(os.environ.get("BENCH_APPENDS", "200"))
 HERE = os.path.dirname(os.path.abspath(__file__))
-CWD = "/home/alice/work/bench"
-PROJECT = "--home-alice-work-bench--"
+CWD = "/home/alice/code/bench"
+PROJECT = "--home-alice-code-bench--"
 SSHFS_OPTIONS = "dir_cache=no"
 
 cleanups = []

@@ -38,7 +38,7 @@ fn the_api_example_writes_a_session_the_reference_loads() {
     let path = printed.next().expect("the transcript path");
     assert_eq!(
         path,
-        root.join("--home-alice-work-app--")
+        root.join("--home-alice-code-app--")
             .join(ID)
             .join("session.jsonl.zstd")
             .to_str()
@@ -75,7 +75,7 @@ fn the_api_example_writes_a_session_the_reference_loads() {
     let (header, body) = content.split_once('\n').unwrap();
     let header: Value = serde_json::from_str(header).unwrap();
     assert_eq!(header["id"], ID);
-    assert_eq!(header["cwd"], "/home/alice/work/app");
+    assert_eq!(header["cwd"], "/home/alice/code/app");
     let expected_body: String = events.iter().map(|l| format!("{l}\n")).collect();
     assert_eq!(
         body, expected_body,

@@ -19,7 +19,7 @@ use common::{run_with_stdin, zstd_dc, Mount};
 
 const SESSION_X: &str = "session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
 const CSE_X: &str = "cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O";
-const CWD: &str = "/home/alice/work/app";
+const CWD: &str = common::CORPUS_APP_CWD;
 const CREATED: u64 = 1_767_600_000_000;
 
 /// Runs `sessionfs append ROOT ID` with `input` on stdin.

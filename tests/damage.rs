@@ -26,7 +26,8 @@ const AS_LIMIT: u64 = 256 << 20;
 fn header(id: &str) -> String {
     format!(
         "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1767600000000,\
-         \"cwd\":\"/home/alice/work/app\",\"delegationDepth\":0}}\n"
+         \"cwd\":\"{}\",\"delegationDepth\":0}}\n",
+        common::CORPUS_APP_CWD
     )
 }
 

@@ -31,7 +31,7 @@ use tempfile::TempDir;
 use common::{copy_tree, corpus_dir, expected_readraw_sha, sha256_hex, zstd_dc, Mount};
 use net::{os_refs, other_host_wrapper, NetMount, Samba, Sshd};
 
-const APP_CWD: &str = "/home/alice/work/app";
+const APP_CWD: &str = common::CORPUS_APP_CWD;
 const ZSTD_NAME: &str = "session.jsonl.zstd";
 const VIEW: &str = "session.jsonl";
 /// Watchdog of every sessionfs mount here.

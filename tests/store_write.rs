@@ -91,7 +91,7 @@ fn seq_of(line: &[u8]) -> u64 {
 #[test]
 fn publish_then_append_reads_back_everywhere() {
     let root = tempfile::tempdir().unwrap();
-    let h = header("0193c7e2-a", Some("/home/alice/work/app"));
+    let h = header("0193c7e2-a", Some(common::CORPUS_APP_CWD));
     let first = events(0, 3, "first");
     let path = publish_session(root.path(), Encoding::Zstd, &h, first.as_bytes()).unwrap();
     let mut expected = [h.clone(), first.into_bytes()].concat();

@@ -21,7 +21,8 @@ const PROJECT: &str = "--home-alice-work-app--";
 fn lines(id: &str) -> Vec<String> {
     let mut v = vec![format!(
         "{{\"type\":\"session\",\"version\":0,\"id\":\"{id}\",\"createdAt\":1767600000000,\
-         \"cwd\":\"/home/alice/work/app\",\"delegationDepth\":0}}\n"
+         \"cwd\":\"{}\",\"delegationDepth\":0}}\n",
+        common::CORPUS_APP_CWD
     )];
     for seq in 0..3 {
         v.push(format!(

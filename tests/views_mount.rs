@@ -244,7 +244,10 @@ fn views_show_every_corpus_session_where_its_header_says() {
     assert_eq!(dir_of("cwd-slash"), Path::new(""));
     assert_eq!(dir_of("cwd-root"), Path::new("root"));
     assert_eq!(dir_of("double//slash"), Path::new("srv/double/slash"));
-    assert_eq!(dir_of("trailing-slash"), Path::new("home/alice/work/app"));
+    assert_eq!(
+        dir_of("trailing-slash"),
+        Path::new(&common::CORPUS_APP_CWD[1..])
+    );
     assert_eq!(dir_of("ünïcödé-🚀"), Path::new("C:/Users/dev/repo"));
     assert_eq!(dir_of("~tilde~"), Path::new("home/carol/~tmp/100%/x y"));
     // The NFC/NFD pair shares one directory, spelled NFC; the two long
@@ -372,11 +375,11 @@ fn a_session_created_or_removed_on_disk_follows_in_every_view() {
         "{} Fresh session here new12345",
         local(ms, "%Y-%m-%d %H-%M-%S")
     );
-    let in_cwd = mount.join(".by-cwd/home/alice/work/app");
+    let in_cwd = mount.join(".by-cwd").join(&common::CORPUS_APP_CWD[1..]);
     let dir = write_session(
         root.path(),
         "x_new12345",
-        "/home/alice/work/app",
+        common::CORPUS_APP_CWD,
         ms,
         "Fresh session here.",
     );
@@ -439,7 +442,10 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     // A day and a cwd list too, still without decoding.
     let day = local(1767603600000, "%Y/%m/%d");
     assert!(!names(&second.join(".by-date").join(day)).is_empty());
-    assert_eq!(names(&second.join(".by-cwd/home/alice/work/app")).len(), 11);
+    assert_eq!(
+        names(&second.join(".by-cwd").join(&common::CORPUS_APP_CWD[1..])).len(),
+        11
+    );
     let s = status(&second);
     assert_eq!(s["frames_decoded"], 0, "{s}");
     assert_eq!(s["views"]["sessions_read"], 0, "{s}");

@@ -52,7 +52,7 @@ use common::seeded_rng;
 use common::{assert_errno, corpus_copy, corpus_dir, run, sha256_hex, zstd_dc, Mount};
 use proptest::prelude::Rng as _;
 
-const APP_CWD: &str = "/home/alice/work/app";
+const APP_CWD: &str = common::CORPUS_APP_CWD;
 const APP: &str = "--home-alice-work-app--";
 /// The compressed transcript's name in a zstd root.
 const ZSTD_NAME: &str = "session.jsonl.zstd";
@@ -1001,7 +1001,7 @@ fn every_refusal_has_its_errno_and_changes_nothing() {
         ("an event before any header", note(0, "t", 0)),
         (
             "a header with a legacy field",
-            "{\"type\":\"session\",\"version\":0,\"id\":\"fresh-one\",\"createdAt\":1,\"cwd\":\"/home/alice/work/app\",\"delegationDepth\":0,\"sandboxMode\":\"x\"}\n".into(),
+            format!("{{\"type\":\"session\",\"version\":0,\"id\":\"fresh-one\",\"createdAt\":1,\"cwd\":\"{APP_CWD}\",\"delegationDepth\":0,\"sandboxMode\":\"x\"}}\n"),
         ),
     ];
     for (what, line) in &wrong_headers {

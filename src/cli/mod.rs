@@ -60,7 +60,7 @@ Examples:
   sessionfs list ~/.dsh/sessions --project \"$PWD\"
   sessionfs locate ~/.dsh/sessions cse_01JH8Z4N7Q2W3E4R5T6Y7U8I9O
   sessionfs cat ~/.dsh/sessions session_01JH8Z4N7Q2W3E4R5T6Y7U8I9O | jq .type
-  sessionfs key /home/alice/work/app
+  sessionfs key /home/alice/code/app
 
 Ids: a session is found by its exact id, or else by its part after the last
 '_' when that part has at least 8 characters (cse_X finds session_X).
@@ -116,7 +116,7 @@ Examples:
     #[command(after_help = format!("\
 Examples:
   sessionfs list ~/.dsh/sessions
-  sessionfs list ~/.dsh/sessions --project /home/alice/work/app
+  sessionfs list ~/.dsh/sessions --project /home/alice/code/app
   sessionfs list ~/.dsh/sessions --json | jq -r '.[].id'
 
 Times are ISO 8601, UTC. SIZE is the decompressed transcript's length in bytes.
@@ -161,7 +161,7 @@ Examples:
     /// normalized.
     #[command(after_help = format!("\
 Examples:
-  sessionfs key /home/alice/work/app        # --home-alice-work-app--
+  sessionfs key /home/alice/code/app        # --home-alice-code-app--
   sessionfs key 'C:\\Users\\dev\\repo'         # --C-Users-dev-repo--
   sessionfs key \"$PWD\"
 
@@ -174,7 +174,7 @@ Examples:
     #[command(after_help = format!("\
 Examples:
   sessionfs check ~/.dsh/sessions
-  sessionfs check --repair ~/.dsh/sessions/--home-alice-work-app--/3f6c1d2e/session.jsonl.zstd
+  sessionfs check --repair ~/.dsh/sessions/--home-alice-code-app--/3f6c1d2e/session.jsonl.zstd
 
 PATH is a transcript (session.jsonl.zstd) or a root (every transcript under it).
 Stop every writer of a session before repairing it. Corrupt frames are never

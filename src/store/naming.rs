@@ -177,8 +177,8 @@ mod tests {
     #[test]
     fn keys_of_the_format_examples() {
         assert_eq!(
-            project_key("/home/alice/work/app").unwrap(),
-            "--home-alice-work-app--"
+            project_key("/home/alice/code/app").unwrap(),
+            "--home-alice-code-app--"
         );
         assert_eq!(
             project_key("C:\\Users\\dev\\repo").unwrap(),

