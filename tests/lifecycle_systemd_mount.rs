@@ -121,10 +121,11 @@ fn ready_is_sent_only_once_the_mount_serves() {
         "READY=1 but the mount does not list: {listed:?}"
     );
     let status = lifecycle_support::status_of(&mnt);
-    assert!(
-        status["requests"]["by_op"]["readdir"].as_u64().unwrap_or(0) > 0,
-        "{status}"
-    );
+    let listings = ["readdir", "readdirplus"]
+        .iter()
+        .map(|op| status["requests"]["by_op"][op].as_u64().unwrap_or(0))
+        .sum::<u64>();
+    assert!(listings > 0, "{status}");
     d.signal(libc::SIGTERM);
     let n = sock.recv(&mut buf).expect("no STOPPING=1 after SIGTERM");
     let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, Request,
+    KernelConfig, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 
 use super::access::Caller;
@@ -28,7 +28,13 @@ pub struct Adapter {
     ttl: Duration,
     /// `.sessionfs-status`, when the mount shows one.
     status: Option<Arc<StatusFile>>,
+    /// Whether the kernel sends readdirplus (set by init).
+    plus: bool,
 }
+
+/// The environment variable that turns readdirplus off when `0` (for
+/// benchmarks: scripts/bench_scale.py compares both).
+pub const READDIRPLUS_ENV: &str = "SESSIONFS_READDIRPLUS";
 
 impl Adapter {
     /// An adapter serving `core` with the given attribute timeout.
@@ -37,6 +43,7 @@ impl Adapter {
             core,
             ttl,
             status: None,
+            plus: false,
         }
     }
 
@@ -210,10 +217,17 @@ impl Filesystem for Adapter {
         // The kernel keeps link targets in its page cache: a file manager
         // listing `.by-id` reads each link once, not once per stat.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
-        // Readdirplus is not requested: measured with scripts/bench.sh it
-        // did not win (`find` slowed down, since a listing with attributes
-        // looks up every transcript view; and a view listed without them,
-        // node 0, is hidden from readdir(3) by glibc). See the README.
+        // Listings are readdirplus (not FUSE_READDIRPLUS_AUTO, which gives
+        // attributes only in a listing's first reply): `ls -l` of a project
+        // of 10,000 sessions then sends no lookup per entry, and `find`
+        // none per session directory it descends into. Measured with
+        // scripts/bench.sh (README, Scale); SESSIONFS_READDIRPLUS=0 keeps
+        // plain readdir, for that comparison.
+        if std::env::var_os(READDIRPLUS_ENV).is_none_or(|v| v != "0") {
+            self.plus = config
+                .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS)
+                .is_ok();
+        }
         Ok(())
     }
 
@@ -355,7 +369,13 @@ impl Filesystem for Adapter {
         let r = call(
             "opendir",
             || format!("inode {}", ino.0),
-            || self.core.opendir(ino.0),
+            || {
+                // A cached listing is served without attributes: once their
+                // timeout expires its entries are looked up one by one. So
+                // the listings readdirplus fills with attributes are not
+                // cached.
+                Ok(self.core.opendir(ino.0)? || (self.plus && self.core.lists_with_attrs(ino.0)))
+            },
         );
         match r {
             Ok(uncached) => {
@@ -392,6 +412,67 @@ impl Filesystem for Adapter {
                 }
                 reply.ok();
             }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // Each entry goes with its attributes and one counted lookup, so
+        // `ls -l` and `find` need no lookup per entry, except the entries
+        // `ListedAttrs` sends without attributes (node 0, with the entry's
+        // own number as d_ino: the vendored fuser's patch).
+        let caller = caller_of(req);
+        let r = call(
+            "readdirplus",
+            || format!("inode {}", ino.0),
+            || {
+                let entries = self.core.readdir_as(&caller, ino.0, offset)?;
+                let attrs = self.core.listed_attrs(&caller, ino.0);
+                for (cookie, e) in entries.iter().filter(|(c, _)| *c > offset) {
+                    let listed = attrs.get(&self.core, &e.name, e.kind);
+                    let full = match &listed {
+                        Some(attr) => reply.add(
+                            INodeNo(attr.ino),
+                            *cookie,
+                            &e.name,
+                            &self.ttl,
+                            &file_attr(attr),
+                            Generation(0),
+                        ),
+                        None => {
+                            let mut none = file_attr(&negative_attr());
+                            none.ino = INodeNo(0);
+                            none.kind = file_type(e.kind);
+                            reply.add(
+                                INodeNo(e.ino),
+                                *cookie,
+                                &e.name,
+                                &Duration::ZERO,
+                                &none,
+                                Generation(0),
+                            )
+                        }
+                    };
+                    if full {
+                        // Not sent: the kernel holds no lookup of it.
+                        if let Some(attr) = listed {
+                            self.core.forget(attr.ino, 1);
+                        }
+                        break;
+                    }
+                }
+                Ok(())
+            },
+        );
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }

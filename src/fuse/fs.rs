@@ -59,6 +59,44 @@ const RETURN_MEMORY_AT: u64 = 1 << 20;
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
 
+/// Which entries of one directory a `readdirplus` reply sends with
+/// attributes ([`SessionFs::listed_attrs`]). Those sent without them
+/// (node 0) the kernel looks up itself if they are used:
+///
+/// - `.` and `..`;
+/// - a session's `session.jsonl` and `session.md`: their size costs a
+///   frame walk or a rendering;
+/// - a link of a `.by-cwd`, `.by-date` or `.by-title` view: `find` walks
+///   the views without stat-ing their links, and the attributes of 10,000
+///   links cost it more than the walk (README, Scale);
+/// - every entry of a per-user view (see [`SessionFs::is_per_user`]);
+/// - an entry whose lookup fails (the caller's own lookup then meets the
+///   error).
+pub struct ListedAttrs<'a> {
+    parent: u64,
+    /// The directory's node; `None` sends every entry without attributes.
+    node: Option<Node>,
+    caller: &'a Caller,
+}
+
+impl ListedAttrs<'_> {
+    /// The attributes of entry `name` (of kind `kind`, as listed), with one
+    /// lookup of it counted in `fs` (the kernel then holds the entry as
+    /// after [`SessionFs::lookup_as`]), or `None` (see the type).
+    pub fn get(&self, fs: &SessionFs, name: &OsStr, kind: Kind) -> Option<Attr> {
+        if name == "." || name == ".." {
+            return None;
+        }
+        match self.node.as_ref()? {
+            Node::Session { .. } if name == VIEW_NAME || name == super::rendered::RENDERED_NAME => {
+                None
+            }
+            Node::ViewDir { .. } if kind == Kind::Symlink => None,
+            _ => fs.lookup_as(self.caller, self.parent, name).ok(),
+        }
+    }
+}
+
 /// File type of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -328,6 +366,21 @@ impl SessionFs {
         Ok(self.is_view_dir(ino))
     }
 
+    /// Whether a readdirplus listing of directory `ino` gives most of its
+    /// entries attributes (see [`SessionFs::listed_attr`]): the root, a
+    /// project (its sessions), `.by-id` and the views. A session's
+    /// listing is mostly `session.jsonl` and `session.md`, sent without
+    /// them.
+    pub fn lists_with_attrs(&self, ino: u64) -> bool {
+        matches!(
+            self.inodes.node(ino),
+            Some((
+                _,
+                Node::Root | Node::Project { .. } | Node::ById | Node::ViewDir { .. }
+            ))
+        )
+    }
+
     /// Whether the `.by-*` views show `caller` the session
     /// `project/session`: search permission on its project and session
     /// directories and read permission on its transcript (issue 9). Every
@@ -432,6 +485,21 @@ impl SessionFs {
             self.inodes.forget(ino, 1);
         }
         attr
+    }
+
+    /// Which entries of directory `parent` a `readdirplus` reply sends
+    /// with attributes, for `caller` (see [`ListedAttrs`]).
+    pub fn listed_attrs<'a>(&self, caller: &'a Caller, parent: u64) -> ListedAttrs<'a> {
+        let node = if self.is_per_user(parent) {
+            None
+        } else {
+            self.inodes.node(parent).map(|(_, node)| node)
+        };
+        ListedAttrs {
+            parent,
+            node,
+            caller,
+        }
     }
 
     /// The inode number of `node` at mount path `path`: a passed-through

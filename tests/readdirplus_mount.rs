@@ -1,0 +1,166 @@
+//! Listings are readdirplus (issue 11, Listing cost; README, Scale):
+//! `ls -l` of a project sends no lookup per session; the entries a
+//! listing sends without attributes (a session's `session.jsonl` and
+//! `session.md`, the views' links) are still listed, under their own
+//! inode numbers (the vendored fuser's patch, `vendor/fuser/PATCHED.md`);
+//! and the entries a listing hands the kernel are released when the
+//! kernel forgets them.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::lines::{header_line, note};
+use common::{run_ok, Mount};
+use sessionfs::store::session_writer::SessionWriter;
+use sessionfs::store::{Store, StoreOptions};
+
+const PROJECT: &str = "--home-x-app--";
+const SESSIONS: usize = 300;
+
+/// A root with one project of [`SESSIONS`] sessions, `s000` ... `s299`,
+/// each a header and one event, written through the store.
+fn root_with_sessions() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    for i in 0..SESSIONS {
+        let id = format!("s{i:03}");
+        let header = header_line(
+            &id,
+            Some("/home/x/app"),
+            1_767_225_600_000 + i as u64 * 60_000,
+        );
+        let event = note(0, "readdirplus", i as u64);
+        let mut w = SessionWriter::create(&id).unwrap();
+        w.accept(&store, format!("{header}{event}").as_bytes())
+            .unwrap();
+        w.commit(&store).unwrap();
+    }
+    dir
+}
+
+fn status(mount: &Mount) -> serde_json::Value {
+    let text = fs::read_to_string(mount.join(".sessionfs-status")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn requests(mount: &Mount, op: &str) -> u64 {
+    status(mount)["requests"]["by_op"][op].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn ls_l_of_a_project_looks_up_no_session() {
+    let root = root_with_sessions();
+    let mount = Mount::start(root.path(), &[]);
+    let lookups = requests(&mount, "lookup");
+    let listing = run_ok(
+        "ls",
+        [
+            "-l".as_ref(),
+            "--time-style=+%s".as_ref(),
+            mount.join(PROJECT).as_os_str(),
+        ],
+        None,
+    );
+    let listing = String::from_utf8(listing).unwrap();
+    let rows: Vec<&str> = listing.lines().skip(1).collect();
+    assert_eq!(rows.len(), SESSIONS, "{listing}");
+    // Each row agrees with the backing session directory (type, mtime).
+    for row in &rows {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let name = fields[fields.len() - 1];
+        let mtime = fields[fields.len() - 2];
+        let backing = fs::symlink_metadata(root.path().join(PROJECT).join(name)).unwrap();
+        assert!(row.starts_with('d'), "{row}");
+        assert_eq!(mtime, backing.mtime().to_string(), "{row}");
+    }
+    let sent = requests(&mount, "lookup") - lookups;
+    // The project itself and a few probes of ls; not one per session.
+    assert!(
+        sent < 10,
+        "ls -l of {SESSIONS} sessions sent {sent} lookups (readdirplus: {})",
+        requests(&mount, "readdirplus")
+    );
+    assert!(requests(&mount, "readdirplus") > 0);
+    mount.stop();
+}
+
+/// `(name, d_ino)` of every entry of `dir`, as readdir(3) returns them.
+fn dir_inos(dir: &Path) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), e.ino())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn entries_sent_without_attributes_are_listed_with_their_inode_numbers() {
+    let root = root_with_sessions();
+    let mount = Mount::start(root.path(), &[]);
+    let session = mount.join(PROJECT).join("s007");
+    let entries = dir_inos(&session);
+    let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["session.jsonl", "session.md"], "{entries:?}");
+    for (name, ino) in &entries {
+        let st = fs::symlink_metadata(session.join(name)).unwrap();
+        assert_eq!(*ino, st.ino(), "d_ino of {name} is its st_ino");
+    }
+    // A view's links, listed without attributes, likewise.
+    let titles = mount.join(".by-title");
+    let links = dir_inos(&titles);
+    assert_eq!(links.len(), SESSIONS, "{links:?}");
+    for (name, ino) in links.iter().step_by(37) {
+        let st = fs::symlink_metadata(titles.join(name)).unwrap();
+        assert!(st.file_type().is_symlink(), "{name}");
+        assert_eq!(*ino, st.ino(), "d_ino of .by-title/{name} is its st_ino");
+    }
+    // find sees every transcript (it trusts d_type and d_ino).
+    let found = run_ok(
+        "find",
+        [
+            mount.path().as_os_str(),
+            "-name".as_ref(),
+            "session.jsonl".as_ref(),
+        ],
+        None,
+    );
+    let found = String::from_utf8(found).unwrap();
+    let in_projects = found.lines().filter(|l| l.contains(PROJECT)).count();
+    assert_eq!(in_projects, SESSIONS, "{found}");
+    mount.stop();
+}
+
+#[test]
+fn entries_a_listing_hands_the_kernel_are_released_when_it_forgets_them() {
+    let root = root_with_sessions();
+    let mount = Mount::start(root.path(), &[]);
+    let start = status(&mount)["inodes"].as_u64().unwrap();
+    // Only listed: no stat of any session directory.
+    let names = fs::read_dir(mount.join(PROJECT)).unwrap().count();
+    assert_eq!(names, SESSIONS);
+    let held = status(&mount)["inodes"].as_u64().unwrap();
+    assert!(
+        held >= start + SESSIONS as u64,
+        "a listing with attributes holds its entries: {start} -> {held}"
+    );
+    fs::write("/proc/sys/vm/drop_caches", b"2").expect("write drop_caches (needs root)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut now = held;
+    while now > start + 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        now = status(&mount)["inodes"].as_u64().unwrap();
+    }
+    assert!(
+        now <= start + 10,
+        "after drop_caches the table holds {now} inodes (listed {held}, at start {start})"
+    );
+    mount.stop();
+}
