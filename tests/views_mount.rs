@@ -427,6 +427,7 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(".by-date"));
     assert_eq!(status(&first)["views"]["sessions_read"], 0);
+    assert_eq!(status(&first)["views"]["ready"], false);
     let mut listed = names(&first.join(".by-title"));
     listed.sort();
     assert_eq!(listed.len(), 23);
@@ -436,6 +437,15 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     first.stop();
 
     let second = mount_corpus(root.path(), &["--index-cache", cache_arg]);
+    // The persisted catalog is brought up to date before any view is
+    // listed, and still without reading a session.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(&second)["views"]["ready"] != true && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = status(&second);
+    assert_eq!(s["views"]["ready"], true, "{s}");
+    assert_eq!(s["views"]["sessions_read"], 0, "{s}");
     let mut again = names(&second.join(".by-title"));
     again.sort();
     assert_eq!(again, listed);

@@ -366,6 +366,25 @@ impl SessionFs {
         Ok(self.is_view_dir(ino))
     }
 
+    /// Builds the views' snapshot ahead of the first request for them,
+    /// when the catalog was persisted by an earlier mount (a revalidation
+    /// by directory stamps: about 8 ms for 10,000 sessions). A first mount
+    /// ever does nothing here: its first scan reads every session, and
+    /// waits for a view to be asked for. Failures are logged at debug
+    /// level; a view's request meets them again.
+    pub fn warm_views(&self) {
+        if self.views.loaded_from_disk() {
+            if let Err(e) = self.views.snapshot(&self.store) {
+                log::debug!("views not prepared ahead: {e}");
+            }
+        }
+    }
+
+    /// Whether the views' snapshot is built (for `.sessionfs-status`).
+    pub fn views_ready(&self) -> bool {
+        self.views.has_snapshot()
+    }
+
     /// Whether a readdirplus listing of directory `ino` gives most of its
     /// entries attributes (see [`SessionFs::listed_attr`]): the root, a
     /// project (its sessions), `.by-id` and the views. A session's

@@ -250,6 +250,10 @@ pub fn run_mount(
     core.set_pending_budget(config.pending_budget);
     core.set_single_caller(!(config.allow_other || config.allow_root));
     let core = Arc::new(core);
+    // The first listing of a view after a mount need not wait for the
+    // views' snapshot (see `warm_views`).
+    let warm = Arc::clone(&core);
+    spawn_named("sessionfs-views", move || warm.warm_views())?;
     let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();

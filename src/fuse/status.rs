@@ -107,6 +107,8 @@ pub struct Status {
     /// Sessions the views' catalog read (validated and scanned for a
     /// title) since the mount started.
     pub view_sessions_read: u64,
+    /// Whether the views' snapshot is built.
+    pub views_ready: bool,
     /// Inodes the mount holds for the kernel (the root included): they
     /// are released when the kernel forgets them.
     pub inodes: usize,
@@ -148,7 +150,10 @@ impl Status {
                 "by_op": self.requests.by_op,
             },
             "frames_decoded": self.frames_decoded,
-            "views": { "sessions_read": self.view_sessions_read },
+            "views": {
+                "sessions_read": self.view_sessions_read,
+                "ready": self.views_ready,
+            },
             "inodes": self.inodes,
             "catalog_bytes": self.catalog_bytes,
             "root_fs": self.root_fs,
@@ -225,6 +230,7 @@ impl StatusFile {
             },
             frames_decoded: crate::store::transcript::frames_decoded_total(),
             view_sessions_read: crate::store::views::catalog::sessions_read(),
+            views_ready: self.core.views_ready(),
             inodes: self.core.inode_count(),
             catalog_bytes: self.core.store().discovery().approx_bytes(),
             root_fs: self.info.root_fs.clone(),

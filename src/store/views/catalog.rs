@@ -145,6 +145,19 @@ impl ViewCatalog {
         }
     }
 
+    /// Whether sessions were loaded from the persisted catalog (so that a
+    /// snapshot costs a revalidation by directory stamps, not a first scan
+    /// of every session).
+    pub fn loaded_from_disk(&self) -> bool {
+        !self.state.lock().projects.is_empty()
+    }
+
+    /// Whether a snapshot has been built (by a view's request, or ahead of
+    /// them: `SessionFs::warm_views`).
+    pub fn has_snapshot(&self) -> bool {
+        self.state.lock().snapshot.is_some()
+    }
+
     /// The views as of at most `max_age` ago: revalidates the catalog
     /// (see the module) when the last snapshot is older. One bad session
     /// never fails the views: it is left out.
