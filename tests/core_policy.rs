@@ -85,7 +85,7 @@ fn rename_flags_and_ownership_changes_are_refused_by_the_core() {
     assert_eq!(file, file2);
     for owner in [(Some(1000), None), (None, Some(1000)), (Some(0), Some(0))] {
         let e = core
-            .setattr(file2, None, owner, None, None, None)
+            .setattr(file2, None, None, owner, None, None, None)
             .unwrap_err();
         assert_eq!(e.errno(), libc::EPERM, "chown {owner:?}: {e:?}");
     }

@@ -496,3 +496,126 @@ fn an_open_descriptor_outlives_the_removal_of_its_session_on_disk() {
     drop((jsonl, mdf));
     mount.stop();
 }
+
+/// A descriptor of `session.jsonl` opened before its transcript is
+/// replaced on disk by a directory of the same name keeps serving the
+/// transcript it opened, as when the transcript is only moved away.
+#[test]
+fn an_open_transcript_outlives_its_replacement_by_a_directory() {
+    use std::io::Read;
+
+    let (_root_tmp, root) = corpus_copy("normal");
+    let dir = root.join("--home-alice-work-app--/session-a");
+    let plain = common::zstd_dc(&dir.join("session.jsonl.zstd"));
+    let mount = Mount::start(root.as_path(), &["--read-only", "--attr-timeout", "0.2"]);
+    let path = mount.join("--home-alice-work-app--/session-a/session.jsonl");
+    let mut file = fs::File::open(&path).unwrap();
+    fs::rename(dir.join("session.jsonl.zstd"), root.join("moved.zstd")).unwrap();
+    fs::create_dir(dir.join("session.jsonl.zstd")).unwrap();
+    // Past the attribute timeout: fstat reaches the daemon.
+    std::thread::sleep(Duration::from_millis(600));
+    let meta = file.metadata().expect("fstat of the open transcript");
+    assert_eq!(meta.len(), plain.len() as u64);
+    let mut got = Vec::new();
+    file.read_to_end(&mut got)
+        .expect("read of the open transcript");
+    assert!(got == plain, "the bytes read differ");
+    drop(file);
+    mount.stop();
+}
+
+/// A descriptor of a passed-through file keeps working after the file is
+/// removed on the backing side, as on a local file system: `fstat`,
+/// `pread`, `fchmod` and writes all go to the file it opened.
+#[test]
+fn an_open_passthrough_file_outlives_its_removal_on_disk() {
+    use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+
+    let (_root_tmp, root) = corpus_copy("normal");
+    let backing = root.join("--home-alice-work-app--/session-a/notes.txt");
+    fs::write(&backing, b"first line\n").unwrap();
+    let mount = Mount::start(root.as_path(), &["--attr-timeout", "0.2"]);
+    let path = mount.join("--home-alice-work-app--/session-a/notes.txt");
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    fs::remove_file(&backing).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(file.metadata().expect("fstat after the removal").len(), 11);
+    let mut buf = vec![0u8; 11];
+    file.read_exact_at(&mut buf, 0)
+        .expect("pread after the removal");
+    assert_eq!(buf, b"first line\n");
+    file.write_all_at(b"more\n", 11)
+        .expect("pwrite after the removal");
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .expect("fchmod after the removal");
+    let meta = file.metadata().unwrap();
+    assert_eq!((meta.len(), meta.mode() & 0o777), (16, 0o600));
+    assert_errno(
+        fs::metadata(&path),
+        libc::ENOENT,
+        "stat of the removed path",
+    );
+    drop(file);
+    mount.stop();
+}
+
+/// Unmounts a file system mounted by a test, on every path.
+struct Unmount(Vec<std::path::PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            let _ = Command::new("timeout")
+                .args(["10", "umount", "-l"])
+                .arg(m)
+                .status();
+        }
+    }
+}
+
+/// Files of two file systems mounted inside a session directory that have
+/// the same inode number on their own devices are two files through the
+/// mount: each reads its own bytes under its own inode number.
+#[test]
+fn files_of_two_file_systems_with_one_inode_number_stay_apart() {
+    use std::os::unix::fs::MetadataExt;
+
+    let (_root_tmp, root) = corpus_copy("normal");
+    let dir = root.join("--home-alice-work-app--/session-a");
+    let mut mounted = Unmount(Vec::new());
+    for (sub, text) in [("tc", "CCCC\n"), ("td", "DDDDDDDDDD\n")] {
+        let m = dir.join(sub);
+        fs::create_dir(&m).unwrap();
+        let ok = Command::new("timeout")
+            .args(["10", "mount", "-t", "tmpfs", "none"])
+            .arg(&m)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs on {} (needs root)", m.display());
+        mounted.0.push(m.clone());
+        fs::write(m.join("f"), text).unwrap();
+    }
+    let (c, d) = (
+        fs::metadata(dir.join("tc/f")).unwrap(),
+        fs::metadata(dir.join("td/f")).unwrap(),
+    );
+    assert_ne!(c.dev(), d.dev());
+    // A fresh tmpfs numbers its first file alike: the collision to avoid.
+    assert_eq!(c.ino(), d.ino(), "two files of one inode number");
+    let mount = Mount::start(root.as_path(), &[]);
+    let m = mount.join("--home-alice-work-app--/session-a");
+    let (mc, md) = (
+        fs::metadata(m.join("tc/f")).unwrap(),
+        fs::metadata(m.join("td/f")).unwrap(),
+    );
+    assert_ne!(mc.ino(), md.ino(), "two files, two inode numbers");
+    assert_eq!(fs::read(m.join("tc/f")).unwrap(), b"CCCC\n");
+    assert_eq!(fs::read(m.join("td/f")).unwrap(), b"DDDDDDDDDD\n");
+    mount.stop();
+    drop(mounted);
+}

@@ -267,13 +267,13 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let r = call(
             "getattr",
             || format!("inode {}", ino.0),
             || {
                 let status = self.status.as_ref().and_then(|s| s.getattr(ino.0));
-                status.unwrap_or_else(|| self.core.getattr(ino.0))
+                status.unwrap_or_else(|| self.core.getattr_fh(ino.0, fh.map(|fh| fh.0)))
             },
         );
         match r {
@@ -747,7 +747,7 @@ impl Filesystem for Adapter {
         atime: Option<fuser::TimeOrNow>,
         mtime: Option<fuser::TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
         _chgtime: Option<std::time::SystemTime>,
         _bkuptime: Option<std::time::SystemTime>,
@@ -764,8 +764,15 @@ impl Filesystem for Adapter {
             "setattr",
             || format!("inode {}", ino.0),
             || {
-                self.core
-                    .setattr(ino.0, mode, (uid, gid), size, when(mtime), when(atime))
+                self.core.setattr(
+                    ino.0,
+                    fh.map(|fh| fh.0),
+                    mode,
+                    (uid, gid),
+                    size,
+                    when(mtime),
+                    when(atime),
+                )
             },
         );
         match r {

@@ -181,6 +181,9 @@ pub struct SessionFs {
     pub(super) views: ViewCatalog,
     /// Only the mount's owner can reach it ([`SessionFs::set_single_caller`]).
     single_caller: bool,
+    /// The root's device: pass-through entries on another device are
+    /// numbered apart (see [`super::inode::backing_ino`]).
+    root_dev: u64,
 }
 
 /// How old a views' snapshot may be when a request uses it: half the
@@ -256,7 +259,10 @@ impl SessionFs {
     /// A mount core over `store`.
     pub fn new(store: Arc<Store>, batch_window: Duration) -> Self {
         let views = ViewCatalog::new(&store, VIEW_MAX_AGE);
+        // An unreadable root fails every request later, with its path.
+        let root_dev = std::fs::metadata(store.root()).map_or(0, |m| m.dev());
         SessionFs {
+            root_dev,
             views,
             store,
             inodes: InodeTable::default(),
@@ -530,7 +536,12 @@ impl SessionFs {
         match node {
             Node::Passthrough { rel } => {
                 let meta = lstat(&self.store.backing_path(rel))?;
-                Ok(super::inode::backing_ino(path, meta.ino()))
+                Ok(super::inode::backing_ino(
+                    path,
+                    meta.dev(),
+                    meta.ino(),
+                    self.root_dev,
+                ))
             }
             _ => Ok(super::inode::path_ino(path)),
         }
@@ -578,6 +589,37 @@ impl SessionFs {
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         let (_, node) = self.node(ino)?;
         self.attr(ino, &node)
+    }
+
+    /// [`SessionFs::getattr`] of an open file (`fstat`, and the kernel's
+    /// checks before a cached read): a passed-through file's attributes
+    /// come from the descriptor of handle `fh`, as on the backing file
+    /// system, so that a descriptor keeps answering after its file was
+    /// removed or replaced on the backing side.
+    ///
+    /// Errors: as [`SessionFs::getattr`]; the backing `fstat` error.
+    pub fn getattr_fh(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        let (_, node) = self.node(ino)?;
+        if let (Node::Passthrough { rel }, Some(Handle::File(f))) =
+            (&node, fh.and_then(|fh| self.handles.get(fh)))
+        {
+            let path = self.store.backing_path(rel);
+            let meta = f
+                .metadata()
+                .map_err(|e| StoreError::io("fstat", &path, e))?;
+            return Ok(attr_of(ino, &meta));
+        }
+        self.attr(ino, &node)
+    }
+
+    /// The open file behind a passed-through inode: handle `fh`'s
+    /// descriptor, else that of the inode's latest open while a handle
+    /// holds it.
+    pub(super) fn passthrough_file(&self, ino: u64, fh: Option<u64>) -> Option<Arc<std::fs::File>> {
+        match fh.and_then(|fh| self.handles.get(fh)) {
+            Some(Handle::File(f)) => Some(f),
+            _ => self.inodes.open_file(ino),
+        }
     }
 
     fn attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
@@ -651,11 +693,18 @@ impl SessionFs {
             Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
             Node::Passthrough { rel } => match lstat(&self.store.backing_path(rel)) {
                 Ok(meta) => Ok(attr_of(ino, &meta)),
-                // Unlinked while held: the descriptor kept at the unlink.
-                Err(e) => match self.inodes.detached(ino).map(|f| f.metadata()) {
-                    Some(Ok(meta)) => Ok(attr_of(ino, &meta)),
-                    _ => Err(e),
-                },
+                // Removed while open, or unlinked through the mount while
+                // held: the open descriptor, else the one kept at the unlink.
+                Err(e) => {
+                    let held = self
+                        .inodes
+                        .open_file(ino)
+                        .or_else(|| self.inodes.detached(ino));
+                    match held.map(|f| f.metadata()) {
+                        Some(Ok(meta)) => Ok(attr_of(ino, &meta)),
+                        _ => Err(e),
+                    }
+                }
             },
         }
     }
@@ -710,7 +759,9 @@ impl SessionFs {
                     .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC) | libc::O_NONBLOCK)
                     .open(&path)
                     .map_err(|e| StoreError::io("open", &path, e))?;
-                Handle::File(Arc::new(file))
+                let file = Arc::new(file);
+                self.inodes.opened(ino, &file);
+                Handle::File(file)
             }
             _ => return Err(FsError::IsDir),
         };

@@ -597,10 +597,17 @@ impl SessionFs {
     /// Ownership (`owner`, a new uid and gid) stays with the backing files:
     /// any change is refused.
     ///
+    /// A passed-through file changed through an open descriptor (`fh`:
+    /// `ftruncate`, `fchmod`, `futimens`), or unlinked through the mount
+    /// while held, is changed through that descriptor, as on the backing
+    /// file system; else by its path.
+    ///
     /// Errors: EPERM; the backing call's error.
+    #[allow(clippy::too_many_arguments)]
     pub fn setattr(
         &self,
         ino: u64,
+        fh: Option<u64>,
         mode: Option<u32>,
         owner: (Option<u32>, Option<u32>),
         size: Option<u64>,
@@ -608,6 +615,20 @@ impl SessionFs {
         atime: Option<SystemTime>,
     ) -> FsResult<Attr> {
         let (path, node) = self.node(ino)?;
+        if owner.0.is_none() && owner.1.is_none() {
+            if let (Node::Passthrough { rel }, Some(f)) = (&node, self.passthrough_file(ino, fh)) {
+                let p = self.store.backing_path(rel);
+                if let Some(size) = size {
+                    f.set_len(size).map_err(|e| io_errno(&p, "ftruncate", e))?;
+                }
+                if let Some(mode) = mode {
+                    f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+                        .map_err(|e| io_errno(&p, "fchmod", e))?;
+                }
+                set_times(&f, &p, mtime, atime)?;
+                return self.getattr_fh(ino, fh);
+            }
+        }
         if owner.0.is_some() || owner.1.is_some() {
             return Err(eperm(format!(
                 "chown of {} refused: ownership stays with the backing files; change it \
@@ -668,14 +689,7 @@ impl SessionFs {
                     .read(true)
                     .open(&p)
                     .map_err(|e| io_errno(&p, "open", e))?;
-                let mut times = std::fs::FileTimes::new();
-                if let Some(t) = mtime {
-                    times = times.set_modified(t);
-                }
-                if let Some(t) = atime {
-                    times = times.set_accessed(t);
-                }
-                f.set_times(times).map_err(|e| io_errno(&p, "utimes", e))?;
+                set_times(&f, &p, mtime, atime)?;
             }
         }
         self.getattr(ino)
@@ -737,4 +751,25 @@ impl WriteAllAppend for &std::fs::File {
     fn write_all_append(mut self, data: &[u8]) -> std::io::Result<()> {
         std::io::Write::write_all(&mut self, data)
     }
+}
+
+/// Sets the modification and access times given (neither: nothing) of
+/// `f`, the backing file at `p` (for the error).
+fn set_times(
+    f: &std::fs::File,
+    p: &std::path::Path,
+    mtime: Option<SystemTime>,
+    atime: Option<SystemTime>,
+) -> FsResult<()> {
+    if mtime.is_none() && atime.is_none() {
+        return Ok(());
+    }
+    let mut times = std::fs::FileTimes::new();
+    if let Some(t) = mtime {
+        times = times.set_modified(t);
+    }
+    if let Some(t) = atime {
+        times = times.set_accessed(t);
+    }
+    f.set_times(times).map_err(|e| io_errno(p, "utimes", e))
 }

@@ -171,6 +171,11 @@ struct Entry {
     /// (unlinked while the kernel still held it), so that `fstat` of an
     /// open descriptor keeps working; closed when the inode is forgotten.
     detached: Option<std::sync::Arc<std::fs::File>>,
+    /// The descriptor of a passed-through file's latest open through the
+    /// mount while any handle holds it, so that `fstat` and `fchmod` of an
+    /// open descriptor keep working after the file is removed on the
+    /// backing side (the kernel's `fstat` names no handle).
+    open: Option<std::sync::Weak<std::fs::File>>,
 }
 
 struct Tables {
@@ -194,9 +199,20 @@ pub fn path_ino(path: &Path) -> u64 {
 }
 
 /// The inode number of a passed-through entry whose backing file has
-/// inode number `backing_ino`: that number itself, so that a rename keeps
-/// it and hard links share it (path-derived when it does not fit).
-pub fn backing_ino(path: &Path, backing_ino: u64) -> u64 {
+/// inode number `backing_ino` on device `dev`, in a root on device
+/// `root_dev`: on the root's device that number itself, so that a rename
+/// keeps it and hard links share it (path-derived when it does not fit);
+/// on another device (a file system mounted inside a session directory) a
+/// hash of the device and the number with [`PATH_DERIVED`] set, so that
+/// files of two file systems never share a number and an entry still
+/// follows its file within its own file system.
+pub fn backing_ino(path: &Path, dev: u64, backing_ino: u64, root_dev: u64) -> u64 {
+    if dev != root_dev {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (dev, backing_ino).hash(&mut h);
+        return h.finish() | PATH_DERIVED;
+    }
     if backing_ino & PATH_DERIVED == 0 && backing_ino > ROOT_INO {
         backing_ino
     } else {
@@ -227,6 +243,7 @@ impl Default for InodeTable {
                 node: Stored::Root,
                 lookups: 1,
                 detached: None,
+                open: None,
             },
         );
         InodeTable {
@@ -255,6 +272,7 @@ impl InodeTable {
             node: Stored::Root,
             lookups: 0,
             detached: None,
+            open: None,
         });
         e.path = path;
         e.node = Stored::of(&node, &e.path);
@@ -372,6 +390,24 @@ impl InodeTable {
     }
 
     /// The descriptor kept for an inode whose last name is gone.
+    /// Records `file` as the open descriptor of inode `ino` (see
+    /// `Entry::open`); nothing when the kernel does not hold `ino`.
+    pub fn opened(&self, ino: u64, file: &std::sync::Arc<std::fs::File>) {
+        if let Some(e) = self.inner.write().by_ino.get_mut(&ino) {
+            e.open = Some(std::sync::Arc::downgrade(file));
+        }
+    }
+
+    /// The open descriptor recorded by [`InodeTable::opened`], while a
+    /// handle still holds it.
+    pub fn open_file(&self, ino: u64) -> Option<std::sync::Arc<std::fs::File>> {
+        self.inner
+            .read()
+            .by_ino
+            .get(&ino)
+            .and_then(|e| e.open.as_ref()?.upgrade())
+    }
+
     pub fn detached(&self, ino: u64) -> Option<std::sync::Arc<std::fs::File>> {
         self.inner
             .read()
@@ -472,7 +508,20 @@ mod tests {
         let p = path_ino(Path::new("x"));
         assert_ne!(p, ROOT_INO);
         assert_ne!(p & PATH_DERIVED, 0);
-        assert_eq!(backing_ino(Path::new("x"), 12345), 12345);
-        assert_eq!(backing_ino(Path::new("x"), 1), p);
+        assert_eq!(backing_ino(Path::new("x"), 7, 12345, 7), 12345);
+        assert_eq!(backing_ino(Path::new("x"), 7, 1, 7), p);
+        // Inode 2 of two other file systems: two numbers, neither the
+        // root device's own inode 2.
+        let (a, b) = (
+            backing_ino(Path::new("a/f"), 40, 2, 7),
+            backing_ino(Path::new("b/f"), 41, 2, 7),
+        );
+        assert_ne!(a, b);
+        assert_ne!(a, 2);
+        assert_eq!(
+            a,
+            backing_ino(Path::new("a/g"), 40, 2, 7),
+            "follows its file"
+        );
     }
 }
