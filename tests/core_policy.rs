@@ -191,3 +191,29 @@ fn views_are_cached_when_only_the_owner_can_reach_the_mount() {
     );
     assert!(core.lookup(by_id, OsStr::new("solo")).is_ok());
 }
+
+/// A view's link whose session was removed on disk after the views'
+/// snapshot was taken (it lives at most 0.5 s) is a dangling link while
+/// listed, not an entry `ls -l` cannot stat; once the snapshot is renewed
+/// it is gone.
+#[test]
+fn a_view_link_whose_session_went_is_a_dangling_link_until_the_views_follow() {
+    let (_tmp, root, mut core) = core_over(&[("gone", "/srv/app"), ("stays", "/srv/app")]);
+    core.set_single_caller(true);
+    let by_title = core.lookup(ROOT_INO, OsStr::new(".by-title")).unwrap().ino;
+    let listing = core.readdir(by_title, 0).unwrap();
+    let link = listing
+        .iter()
+        .map(|(_, e)| e.name.clone())
+        .find(|n| n.to_string_lossy().contains("gone"))
+        .expect("a link of session gone");
+    std::fs::remove_dir_all(root.join(rel("gone", "/srv/app"))).unwrap();
+    let attr = core
+        .lookup(by_title, &link)
+        .expect("the listed link still answers");
+    assert_eq!(attr.kind, sessionfs::fuse::fs::Kind::Symlink);
+    // Past the snapshot's age, the link is gone.
+    std::thread::sleep(Duration::from_millis(600));
+    let e = core.lookup(by_title, &link).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT);
+}

@@ -11,6 +11,7 @@ use std::path::Path;
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
 use super::inode::Node;
 use crate::store::views::{ViewFacts, ViewKind};
+use crate::store::StoreError;
 
 /// Which sessions a caller may see in the views (the per-user filter).
 pub(super) type Visible<'a> = &'a dyn Fn(&ViewFacts) -> bool;
@@ -134,7 +135,14 @@ impl SessionFs {
                     .components()
                     .filter(|c| matches!(c, std::path::Component::Normal(_)))
                     .collect::<std::path::PathBuf>();
-                let mut a = self.backing_attr(ino, &session_dir)?;
+                // A link whose session went since the snapshot (at most
+                // its age, 0.5 s) is a dangling link, as `ls -l` shows one,
+                // with the root's times.
+                let mut a = match self.backing_attr(ino, &session_dir) {
+                    Ok(a) => a,
+                    Err(FsError::Store(StoreError::NotFound { .. })) => self.root_attr(ino)?,
+                    Err(e) => return Err(e),
+                };
                 a.kind = Kind::Symlink;
                 a.perm = 0o777;
                 a.nlink = 1;
