@@ -497,33 +497,6 @@ fn an_open_descriptor_outlives_the_removal_of_its_session_on_disk() {
     mount.stop();
 }
 
-/// A descriptor of `session.jsonl` opened before its transcript is
-/// replaced on disk by a directory of the same name keeps serving the
-/// transcript it opened, as when the transcript is only moved away.
-#[test]
-fn an_open_transcript_outlives_its_replacement_by_a_directory() {
-    use std::io::Read;
-
-    let (_root_tmp, root) = corpus_copy("normal");
-    let dir = root.join("--home-alice-work-app--/session-a");
-    let plain = common::zstd_dc(&dir.join("session.jsonl.zstd"));
-    let mount = Mount::start(root.as_path(), &["--read-only", "--attr-timeout", "0.2"]);
-    let path = mount.join("--home-alice-work-app--/session-a/session.jsonl");
-    let mut file = fs::File::open(&path).unwrap();
-    fs::rename(dir.join("session.jsonl.zstd"), root.join("moved.zstd")).unwrap();
-    fs::create_dir(dir.join("session.jsonl.zstd")).unwrap();
-    // Past the attribute timeout: fstat reaches the daemon.
-    std::thread::sleep(Duration::from_millis(600));
-    let meta = file.metadata().expect("fstat of the open transcript");
-    assert_eq!(meta.len(), plain.len() as u64);
-    let mut got = Vec::new();
-    file.read_to_end(&mut got)
-        .expect("read of the open transcript");
-    assert!(got == plain, "the bytes read differ");
-    drop(file);
-    mount.stop();
-}
-
 /// A descriptor of a passed-through file keeps working after the file is
 /// removed on the backing side, as on a local file system: `fstat`,
 /// `pread`, `fchmod` and writes all go to the file it opened.
@@ -618,4 +591,33 @@ fn files_of_two_file_systems_with_one_inode_number_stay_apart() {
     assert_eq!(fs::read(m.join("td/f")).unwrap(), b"DDDDDDDDDD\n");
     mount.stop();
     drop(mounted);
+}
+
+/// A descriptor of a passed-through file replaced on the backing side (a
+/// new file renamed over it) goes on describing the file it reads and
+/// writes: `fstat` gives its size and mode, also after `fchmod`.
+#[test]
+fn an_open_passthrough_file_replaced_on_disk_keeps_its_attributes() {
+    use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+
+    let (_root_tmp, root) = corpus_copy("normal");
+    let dir = root.join("--home-alice-work-app--/session-a");
+    fs::write(dir.join("r2"), b"hello world\n").unwrap();
+    let mount = Mount::start(root.as_path(), &["--attr-timeout", "0.2"]);
+    let file = fs::File::open(mount.join("--home-alice-work-app--/session-a/r2")).unwrap();
+    fs::write(dir.join("r2.new"), [b'X'; 100]).unwrap();
+    fs::set_permissions(dir.join("r2.new"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::rename(dir.join("r2.new"), dir.join("r2")).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let meta = file.metadata().unwrap();
+    assert_eq!((meta.len(), meta.mode() & 0o777), (12, 0o644));
+    let mut buf = vec![0u8; 12];
+    file.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, b"hello world\n");
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(file.metadata().unwrap().mode() & 0o777, 0o600);
+    drop(file);
+    mount.stop();
 }

@@ -691,21 +691,33 @@ impl SessionFs {
                 Ok(a)
             }
             Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
-            Node::Passthrough { rel } => match lstat(&self.store.backing_path(rel)) {
-                Ok(meta) => Ok(attr_of(ino, &meta)),
-                // Removed while open, or unlinked through the mount while
-                // held: the open descriptor, else the one kept at the unlink.
-                Err(e) => {
-                    let held = self
+            Node::Passthrough { rel } => {
+                // Removed or replaced on the backing side while open, or
+                // unlinked through the mount while held: the file this
+                // inode names is the open descriptor's, else the one kept
+                // at the unlink (`fstat` comes here without its handle).
+                let held = || {
+                    let f = self
                         .inodes
                         .open_file(ino)
-                        .or_else(|| self.inodes.detached(ino));
-                    match held.map(|f| f.metadata()) {
-                        Some(Ok(meta)) => Ok(attr_of(ino, &meta)),
-                        _ => Err(e),
+                        .or_else(|| self.inodes.detached(ino))?;
+                    f.metadata().ok()
+                };
+                match lstat(&self.store.backing_path(rel)) {
+                    Ok(meta)
+                        if super::inode::backing_ino(
+                            rel,
+                            meta.dev(),
+                            meta.ino(),
+                            self.root_dev,
+                        ) == ino =>
+                    {
+                        Ok(attr_of(ino, &meta))
                     }
+                    Ok(meta) => Ok(attr_of(ino, &held().unwrap_or(meta))),
+                    Err(e) => held().map(|meta| attr_of(ino, &meta)).ok_or(e),
                 }
-            },
+            }
         }
     }
 

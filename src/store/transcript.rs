@@ -276,16 +276,8 @@ impl Transcript {
     /// [`StoreError::Io`] when neither the path nor the held descriptor can
     /// be stat'ed.
     pub fn refresh(&self) -> Result<TranscriptAttr> {
-        // Removed, or replaced by something that is not a file (a
-        // directory, say): the held descriptor goes on serving the file it
-        // opened, as on a local file system.
         let meta = match fresh::server_metadata(&self.path, self.protocol) {
-            Ok(meta) if meta.is_file() => meta,
-            Ok(_) => {
-                let file = Arc::clone(&self.state.read().file);
-                file.metadata()
-                    .map_err(|e| StoreError::io("stat the open descriptor of", &self.path, e))?
-            }
+            Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let file = Arc::clone(&self.state.read().file);
                 file.metadata()
