@@ -42,13 +42,10 @@ fn root_with_sessions() -> tempfile::TempDir {
     dir
 }
 
-fn status(mount: &Mount) -> serde_json::Value {
-    let text = fs::read_to_string(mount.join(".sessionfs-status")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
 fn requests(mount: &Mount, op: &str) -> u64 {
-    status(mount)["requests"]["by_op"][op].as_u64().unwrap_or(0)
+    mount.status()["requests"]["by_op"][op]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 #[test]
@@ -142,11 +139,11 @@ fn entries_sent_without_attributes_are_listed_with_their_inode_numbers() {
 fn entries_a_listing_hands_the_kernel_are_released_when_it_forgets_them() {
     let root = root_with_sessions();
     let mount = Mount::start(root.path(), &[]);
-    let start = status(&mount)["inodes"].as_u64().unwrap();
+    let start = mount.status()["inodes"].as_u64().unwrap();
     // Only listed: no stat of any session directory.
     let names = fs::read_dir(mount.join(PROJECT)).unwrap().count();
     assert_eq!(names, SESSIONS);
-    let held = status(&mount)["inodes"].as_u64().unwrap();
+    let held = mount.status()["inodes"].as_u64().unwrap();
     assert!(
         held >= start + SESSIONS as u64,
         "a listing with attributes holds its entries: {start} -> {held}"
@@ -156,7 +153,7 @@ fn entries_a_listing_hands_the_kernel_are_released_when_it_forgets_them() {
     let mut now = held;
     while now > start + 10 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
-        now = status(&mount)["inodes"].as_u64().unwrap();
+        now = mount.status()["inodes"].as_u64().unwrap();
     }
     assert!(
         now <= start + 10,

@@ -407,10 +407,6 @@ fn a_session_created_or_removed_on_disk_follows_in_every_view() {
     mount.stop();
 }
 
-fn status(mount: &Mount) -> Value {
-    serde_json::from_slice(&fs::read(mount.join(".sessionfs-status")).unwrap()).unwrap()
-}
-
 #[test]
 fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     let root = tempfile::tempdir().unwrap();
@@ -426,12 +422,12 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(".by-date"));
-    assert_eq!(status(&first)["views"]["sessions_read"], 0);
-    assert_eq!(status(&first)["views"]["ready"], false);
+    assert_eq!(first.status()["views"]["sessions_read"], 0);
+    assert_eq!(first.status()["views"]["ready"], false);
     let mut listed = names(&first.join(".by-title"));
     listed.sort();
     assert_eq!(listed.len(), 23);
-    let s = status(&first);
+    let s = first.status();
     assert!(s["frames_decoded"].as_u64().unwrap() >= 23, "{s}");
     assert_eq!(s["views"]["sessions_read"], 23, "{s}");
     first.stop();
@@ -440,10 +436,10 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     // The persisted catalog is brought up to date before any view is
     // listed, and still without reading a session.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while status(&second)["views"]["ready"] != true && Instant::now() < deadline {
+    while second.status()["views"]["ready"] != true && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let s = status(&second);
+    let s = second.status();
     assert_eq!(s["views"]["ready"], true, "{s}");
     assert_eq!(s["views"]["sessions_read"], 0, "{s}");
     let mut again = names(&second.join(".by-title"));
@@ -456,7 +452,7 @@ fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
         names(&second.join(".by-cwd").join(&common::CORPUS_APP_CWD[1..])).len(),
         11
     );
-    let s = status(&second);
+    let s = second.status();
     assert_eq!(s["frames_decoded"], 0, "{s}");
     assert_eq!(s["views"]["sessions_read"], 0, "{s}");
     // Every link resolves (this opens the transcripts).

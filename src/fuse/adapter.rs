@@ -267,13 +267,13 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let r = call(
             "getattr",
             || format!("inode {}", ino.0),
             || {
                 let status = self.status.as_ref().and_then(|s| s.getattr(ino.0));
-                status.unwrap_or_else(|| self.core.getattr_fh(ino.0, fh.map(|fh| fh.0)))
+                status.unwrap_or_else(|| self.core.getattr(ino.0))
             },
         );
         match r {
@@ -369,13 +369,7 @@ impl Filesystem for Adapter {
         let r = call(
             "opendir",
             || format!("inode {}", ino.0),
-            || {
-                // A cached listing is served without attributes: once their
-                // timeout expires its entries are looked up one by one. So
-                // the listings readdirplus fills with attributes are not
-                // cached.
-                Ok(self.core.opendir(ino.0)? || (self.plus && self.core.lists_with_attrs(ino.0)))
-            },
+            || self.core.opendir_listing(ino.0, self.plus),
         );
         match r {
             Ok(uncached) => {

@@ -368,8 +368,24 @@ impl SessionFs {
     ///
     /// Errors: ENOENT for an unknown inode.
     pub fn opendir(&self, ino: u64) -> FsResult<bool> {
-        self.node(ino)?;
-        Ok(self.is_view_dir(ino))
+        self.opendir_listing(ino, false)
+    }
+
+    /// [`SessionFs::opendir`] when listings are readdirplus (`plus`): then
+    /// the listings that give most entries attributes ([`ListedAttrs`]:
+    /// the root, a project, `.by-id`, the views) are not cached either,
+    /// since a cached listing is served without attributes and its entries
+    /// are then looked up one by one once their timeout expires. A
+    /// session's listing, mostly `session.jsonl` and `session.md` sent
+    /// without them, may be.
+    ///
+    /// Errors: ENOENT for an unknown inode.
+    pub fn opendir_listing(&self, ino: u64, plus: bool) -> FsResult<bool> {
+        Ok(match self.node(ino)?.1 {
+            Node::ById | Node::ViewDir { .. } => true,
+            Node::Root | Node::Project { .. } => plus,
+            _ => false,
+        })
     }
 
     /// Builds the views' snapshot ahead of the first request for them,
@@ -389,21 +405,6 @@ impl SessionFs {
     /// Whether the views' snapshot is built (for `.sessionfs-status`).
     pub fn views_ready(&self) -> bool {
         self.views.has_snapshot()
-    }
-
-    /// Whether a readdirplus listing of directory `ino` gives most of its
-    /// entries attributes (see [`SessionFs::listed_attr`]): the root, a
-    /// project (its sessions), `.by-id` and the views. A session's
-    /// listing is mostly `session.jsonl` and `session.md`, sent without
-    /// them.
-    pub fn lists_with_attrs(&self, ino: u64) -> bool {
-        matches!(
-            self.inodes.node(ino),
-            Some((
-                _,
-                Node::Root | Node::Project { .. } | Node::ById | Node::ViewDir { .. }
-            ))
-        )
     }
 
     /// Whether the `.by-*` views show `caller` the session
@@ -588,27 +589,6 @@ impl SessionFs {
     /// fstat both come here.
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         let (_, node) = self.node(ino)?;
-        self.attr(ino, &node)
-    }
-
-    /// [`SessionFs::getattr`] of an open file (`fstat`, and the kernel's
-    /// checks before a cached read): a passed-through file's attributes
-    /// come from the descriptor of handle `fh`, as on the backing file
-    /// system, so that a descriptor keeps answering after its file was
-    /// removed or replaced on the backing side.
-    ///
-    /// Errors: as [`SessionFs::getattr`]; the backing `fstat` error.
-    pub fn getattr_fh(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
-        let (_, node) = self.node(ino)?;
-        if let (Node::Passthrough { rel }, Some(Handle::File(f))) =
-            (&node, fh.and_then(|fh| self.handles.get(fh)))
-        {
-            let path = self.store.backing_path(rel);
-            let meta = f
-                .metadata()
-                .map_err(|e| StoreError::io("fstat", &path, e))?;
-            return Ok(attr_of(ino, &meta));
-        }
         self.attr(ino, &node)
     }
 

@@ -615,26 +615,24 @@ impl SessionFs {
         atime: Option<SystemTime>,
     ) -> FsResult<Attr> {
         let (path, node) = self.node(ino)?;
-        if owner.0.is_none() && owner.1.is_none() {
-            if let (Node::Passthrough { rel }, Some(f)) = (&node, self.passthrough_file(ino, fh)) {
-                let p = self.store.backing_path(rel);
-                if let Some(size) = size {
-                    f.set_len(size).map_err(|e| io_errno(&p, "ftruncate", e))?;
-                }
-                if let Some(mode) = mode {
-                    f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
-                        .map_err(|e| io_errno(&p, "fchmod", e))?;
-                }
-                set_times(&f, &p, mtime, atime)?;
-                return self.getattr_fh(ino, fh);
-            }
-        }
         if owner.0.is_some() || owner.1.is_some() {
             return Err(eperm(format!(
                 "chown of {} refused: ownership stays with the backing files; change it \
                  in the store itself",
                 path.display()
             )));
+        }
+        if let (Node::Passthrough { rel }, Some(f)) = (&node, self.passthrough_file(ino, fh)) {
+            let p = self.store.backing_path(rel);
+            if let Some(size) = size {
+                f.set_len(size).map_err(|e| io_errno(&p, "ftruncate", e))?;
+            }
+            if let Some(mode) = mode {
+                f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+                    .map_err(|e| io_errno(&p, "fchmod", e))?;
+            }
+            set_times(&f, &p, mtime, atime)?;
+            return self.getattr(ino);
         }
         let backing = match &node {
             Node::Rendered { .. } => return Err(eperm(format!("{} is read-only", path.display()))),

@@ -192,9 +192,14 @@ const PATH_DERIVED: u64 = 1 << 63;
 /// The inode number of a mount path without a backing identity: a hash of
 /// the path with [`PATH_DERIVED`] set (never [`ROOT_INO`]).
 pub fn path_ino(path: &Path) -> u64 {
-    use std::hash::{Hash, Hasher};
+    derived_ino(path)
+}
+
+/// A hash of `key` with [`PATH_DERIVED`] set.
+fn derived_ino(key: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    path.hash(&mut h);
+    key.hash(&mut h);
     h.finish() | PATH_DERIVED
 }
 
@@ -208,10 +213,7 @@ pub fn path_ino(path: &Path) -> u64 {
 /// follows its file within its own file system.
 pub fn backing_ino(path: &Path, dev: u64, backing_ino: u64, root_dev: u64) -> u64 {
     if dev != root_dev {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (dev, backing_ino).hash(&mut h);
-        return h.finish() | PATH_DERIVED;
+        return derived_ino((dev, backing_ino));
     }
     if backing_ino & PATH_DERIVED == 0 && backing_ino > ROOT_INO {
         backing_ino
@@ -389,7 +391,6 @@ impl InodeTable {
         }
     }
 
-    /// The descriptor kept for an inode whose last name is gone.
     /// Records `file` as the open descriptor of inode `ino` (see
     /// `Entry::open`); nothing when the kernel does not hold `ino`.
     pub fn opened(&self, ino: u64, file: &std::sync::Arc<std::fs::File>) {
@@ -408,6 +409,7 @@ impl InodeTable {
             .and_then(|e| e.open.as_ref()?.upgrade())
     }
 
+    /// The descriptor kept for an inode whose last name is gone.
     pub fn detached(&self, ino: u64) -> Option<std::sync::Arc<std::fs::File>> {
         self.inner
             .read()

@@ -761,6 +761,12 @@ impl Mount {
         self.mnt_path.join(rel)
     }
 
+    /// `MOUNTPOINT/.sessionfs-status`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let text = fs::read(self.join(".sessionfs-status")).expect("read .sessionfs-status");
+        serde_json::from_slice(&text).expect(".sessionfs-status is JSON")
+    }
+
     /// The daemon's log (stderr and stdout) so far.
     pub fn log(&self) -> String {
         String::from_utf8_lossy(&fs::read(&self.log_path).unwrap_or_default()).into_owned()
