@@ -479,8 +479,16 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        // Directories hold no state per open (see opendir).
-        let r = call("releasedir", || format!("inode {}", ino.0), || Ok(()));
+        // Directories hold no state per open (see opendir); the listing
+        // the pass read is dropped.
+        let r = call(
+            "releasedir",
+            || format!("inode {}", ino.0),
+            || {
+                self.core.releasedir(ino.0);
+                Ok(())
+            },
+        );
         reply_empty(reply, r);
     }
 

@@ -24,7 +24,7 @@ use super::budget::{PendingBudget, DEFAULT_PENDING_BUDGET};
 pub use super::error::{FsError, FsResult};
 pub(super) use super::handles::Handle;
 use super::handles::HandleTable;
-use super::inode::{InodeTable, Node, BY_ID_DIR};
+use super::inode::{child_ino, InodeTable, Node, BY_ID_DIR};
 use super::writer::Writer;
 use crate::store::views::{ViewCatalog, ViewFacts, ViewKind};
 use crate::store::{EntryKind, Store, StoreError, Transcript, VIEW_NAME};
@@ -503,8 +503,8 @@ impl SessionFs {
             | Node::ByIdLink { .. }
             | Node::ViewLink { .. } => return Err(FsError::NotDir),
         };
-        let ino = self.ino_of(&child_path, &child)?;
-        self.inodes.looked_up(child_path, child.clone(), ino);
+        let ino = self.ino_of(parent, &child_path, &child)?;
+        self.inodes.looked_up(parent, &child_path, &child, ino);
         let attr = self.attr(ino, &child);
         if attr.is_err() {
             // No entry is replied: the kernel holds no lookup of it.
@@ -528,23 +528,25 @@ impl SessionFs {
         }
     }
 
-    /// The inode number of `node` at mount path `path`: a passed-through
-    /// entry's backing inode number (it follows the file), else one
-    /// derived from the path (see `inode.rs`).
+    /// The inode number of `node`, entry `path`'s last component of
+    /// directory `parent`: a passed-through entry's backing inode number
+    /// (it follows the file), else one derived from the parent and the
+    /// name (see `inode.rs`).
     ///
     /// Errors: the backing `lstat` error of a passed-through entry.
-    pub(super) fn ino_of(&self, path: &Path, node: &Node) -> FsResult<u64> {
+    pub(super) fn ino_of(&self, parent: u64, path: &Path, node: &Node) -> FsResult<u64> {
+        let derived = child_ino(parent, path.file_name().unwrap_or_default());
         match node {
             Node::Passthrough { rel } => {
                 let meta = lstat(&self.store.backing_path(rel))?;
                 Ok(super::inode::backing_ino(
-                    path,
+                    derived,
                     meta.dev(),
                     meta.ino(),
                     self.root_dev,
                 ))
             }
-            _ => Ok(super::inode::path_ino(path)),
+            _ => Ok(derived),
         }
     }
 
@@ -552,17 +554,30 @@ impl SessionFs {
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
         if self.inodes.node(ino).is_none() {
-            // Its listings, one per caller in a per-user view (the cache
-            // holds at most LISTINGS_KEPT, so the scan is short).
-            let mut listings = self.listings.lock();
-            let keys: Vec<(u64, u64)> = listings
-                .iter()
-                .map(|(key, _)| *key)
-                .filter(|key| key.0 == ino)
-                .collect();
-            for key in keys {
-                listings.pop(&key);
-            }
+            self.drop_listings(ino);
+        }
+    }
+
+    /// A handle of directory `ino` was released (`releasedir`): its
+    /// listings go, so that no 20,000-entry listing stays in memory after
+    /// the pass that read it (another pass still under way lists again at
+    /// its next call; cookies name entries, so it resumes where it was).
+    pub fn releasedir(&self, ino: u64) {
+        self.drop_listings(ino);
+    }
+
+    /// Drops the listings of directory `ino`, one per caller in a
+    /// per-user view (the cache holds at most LISTINGS_KEPT, so the scan
+    /// is short).
+    fn drop_listings(&self, ino: u64) {
+        let mut listings = self.listings.lock();
+        let keys: Vec<(u64, u64)> = listings
+            .iter()
+            .map(|(key, _)| *key)
+            .filter(|key| key.0 == ino)
+            .collect();
+        for key in keys {
+            listings.pop(&key);
         }
     }
 
@@ -686,7 +701,7 @@ impl SessionFs {
                 match lstat(&self.store.backing_path(rel)) {
                     Ok(meta)
                         if super::inode::backing_ino(
-                            rel,
+                            self.inodes.derived(ino).unwrap_or(ino),
                             meta.dev(),
                             meta.ino(),
                             self.root_dev,
@@ -977,12 +992,10 @@ impl SessionFs {
         // derived one (`ino_of`), so the table is not asked.
         let derived_only = matches!(node, Node::ViewDir { .. } | Node::ById);
         let mut add = |name: OsString, kind: Kind| {
-            let child = path.join(&name);
-            let derived = super::inode::path_ino(&child);
             let ino = if derived_only {
-                derived
+                child_ino(ino, &name)
             } else {
-                self.inodes.listed(&child, derived)
+                self.inodes.listed(ino, &name)
             };
             entries.push(DirEntry { ino, kind, name });
         };

@@ -79,12 +79,13 @@ impl SessionFs {
         match parent_node {
             Node::Session { project, session } if name == VIEW_NAME => {
                 let ino = self.inodes.looked_up(
-                    child_path.clone(),
-                    Node::Transcript {
+                    parent,
+                    &child_path,
+                    &Node::Transcript {
                         project: project.clone(),
                         session: session.clone(),
                     },
-                    super::inode::path_ino(&child_path),
+                    super::inode::child_ino(parent, name),
                 );
                 let exists = !matches!(
                     self.store.transcript(&project, &session),
@@ -134,8 +135,8 @@ impl SessionFs {
                 let node = Node::Passthrough {
                     rel: child_path.clone(),
                 };
-                let ino = self.ino_of(&child_path, &node)?;
-                self.inodes.looked_up(child_path, node, ino);
+                let ino = self.ino_of(parent, &child_path, &node)?;
+                self.inodes.looked_up(parent, &child_path, &node, ino);
                 let fh = self.add_handle(Handle::File(Arc::new(file)));
                 Ok((self.getattr(ino)?, fh, false))
             }
@@ -378,8 +379,8 @@ impl SessionFs {
             }
         };
         self.virtual_dirs.lock().insert(child_path.clone());
-        let ino = super::inode::path_ino(&child_path);
-        self.inodes.looked_up(child_path, node, ino);
+        let ino = super::inode::child_ino(parent, name);
+        self.inodes.looked_up(parent, &child_path, &node, ino);
         self.getattr(ino)
     }
 
@@ -399,7 +400,7 @@ impl SessionFs {
                 let path = self.store.backing_path(&child_path);
                 // A file the kernel holds keeps an O_PATH descriptor, so
                 // that fstat of a descriptor open on it still answers.
-                let keep = self.inodes.at(&child_path).and_then(|_| {
+                let keep = self.inodes.at(parent, name).and_then(|_| {
                     std::fs::OpenOptions::new()
                         .read(true)
                         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
@@ -407,7 +408,7 @@ impl SessionFs {
                         .ok()
                 });
                 std::fs::remove_file(&path).map_err(|e| io_errno(&path, "unlink", e))?;
-                self.inodes.unlinked(&child_path, keep);
+                self.inodes.unlinked(parent, name, keep);
                 Ok(())
             }
             _ => Err(eperm(format!("unlink of {} refused: not a session-owned file", child_path.display()))),
@@ -441,7 +442,7 @@ impl SessionFs {
         }
         let path = self.store.backing_path(&child_path);
         std::fs::remove_dir(&path).map_err(|e| io_errno(&path, "rmdir", e))?;
-        self.inodes.unlinked(&child_path, None);
+        self.inodes.unlinked(parent, name, None);
         Ok(())
     }
 
@@ -492,8 +493,7 @@ impl SessionFs {
         std::fs::rename(&from, &to).map_err(|e| io_errno(&from, "rename", e))?;
         // The inode moves with the file: the new name answers at once, and
         // an open descriptor keeps naming the renamed file.
-        self.inodes
-            .rename(&from_dir.join(name), &to_dir.join(new_name));
+        self.inodes.rename(parent, name, new_parent, new_name);
         Ok(())
     }
 

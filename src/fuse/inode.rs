@@ -1,13 +1,20 @@
 //! Inodes: the entries the kernel holds, with lookup counts (MOUNT.md,
 //! Attributes). Passed-through entries are numbered by their backing
 //! file's inode, so an inode follows its file through renames and hard
-//! links share it; every other node by a hash of its mount path, stable
-//! for the life of the mount.
+//! links share it; every other node by a hash of its parent's number and
+//! its name, stable for the life of the mount.
+//!
+//! An entry holds its parent's number and its own name, as the kernel's
+//! dentries do, not its whole path: a path is rebuilt by walking up to the
+//! root, a rename moves one entry and everything under it follows, and
+//! 140,000 held entries (every node of a 20,000-session root) cost about
+//! 100 bytes each (issue 11, must show 3).
 
-use std::collections::HashMap;
-use std::ffi::OsString;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
 
@@ -61,15 +68,17 @@ pub enum Node {
     Passthrough { rel: PathBuf },
 }
 
-/// A node as the table stores it: nodes whose names are their mount path's
-/// components keep only their kind (the names are rebuilt from the path),
-/// so an entry holds one allocation, its path.
-#[derive(Debug, Clone)]
+/// A node as the table stores it: its kind only, two bytes. Nodes whose
+/// names are their mount path's components are rebuilt from the path; a
+/// `.by-id` link's target is packed into its entry's name (see
+/// [`Entry::name`]), and the rare view node not derived from its path is
+/// kept whole in a side table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stored {
     Root,
     ById,
-    /// Boxed: the other kinds keep the entry small.
-    ByIdLink(Box<(OsString, OsString)>),
+    /// Its target rides in the entry's name: `name NUL project NUL session`.
+    ByIdLink,
     Project,
     Session,
     Transcript,
@@ -82,9 +91,9 @@ enum Stored {
     ViewDir(crate::store::views::ViewKind),
     /// A view's link, rebuilt from its path as [`Stored::ViewDir`].
     ViewLink(crate::store::views::ViewKind),
-    /// A view node whose path inside the view is not so derived: boxed
-    /// whole.
-    View(Box<Node>),
+    /// A view node whose path inside the view is not so derived: kept
+    /// whole in `Tables::odd`.
+    View,
     Passthrough,
 }
 
@@ -97,7 +106,31 @@ fn view_rel(path: &Path) -> Option<&str> {
 }
 
 impl Stored {
-    fn of(node: &Node, path: &Path) -> Stored {
+    /// The name every entry of this kind has, so that it is not stored.
+    fn implied_name(&self) -> Option<&'static [u8]> {
+        match self {
+            Stored::Transcript => Some(crate::store::VIEW_NAME.as_bytes()),
+            Stored::Rendered => Some(super::rendered::RENDERED_NAME.as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// The kind of `node` at mount path `path`, and what its entry's name
+    /// carries after the name itself (a `.by-id` link's target).
+    fn of(node: &Node, path: &Path) -> (Stored, Vec<u8>) {
+        if let Node::ByIdLink { project, session } = node {
+            let mut extra = vec![0];
+            extra.extend_from_slice(project.as_bytes());
+            if path.file_name() != Some(session.as_os_str()) {
+                extra.push(0);
+                extra.extend_from_slice(session.as_bytes());
+            }
+            return (Stored::ByIdLink, extra);
+        }
+        (Stored::kind_of(node, path), Vec::new())
+    }
+
+    fn kind_of(node: &Node, path: &Path) -> Stored {
         match node {
             Node::ViewDir { view, rel } if view_rel(path) == Some(rel.as_str()) => {
                 Stored::ViewDir(*view)
@@ -107,29 +140,35 @@ impl Stored {
             }
             Node::Root => Stored::Root,
             Node::ById => Stored::ById,
-            Node::ByIdLink { project, session } => {
-                Stored::ByIdLink(Box::new((project.clone(), session.clone())))
-            }
+            Node::ByIdLink { .. } => Stored::ByIdLink,
             Node::Project { .. } => Stored::Project,
             Node::Session { .. } => Stored::Session,
             Node::Transcript { .. } => Stored::Transcript,
             Node::Rendered { .. } => Stored::Rendered,
-            Node::ViewDir { .. } | Node::ViewLink { .. } => Stored::View(Box::new(node.clone())),
+            Node::ViewDir { .. } | Node::ViewLink { .. } => Stored::View,
             Node::Passthrough { .. } => Stored::Passthrough,
         }
     }
 
-    /// The node at mount path `path` (`project/session/...`).
-    fn node(&self, path: &Path) -> Node {
+    /// The node at mount path `path` (`project/session/...`), whose entry
+    /// stores `packed` as its name; `odd` is its side-table node.
+    fn node(&self, path: &Path, packed: &[u8], odd: Option<&Node>) -> Node {
         let mut parts = path.iter();
         let mut next = || parts.next().unwrap_or_default().to_os_string();
         match self {
             Stored::Root => Node::Root,
             Stored::ById => Node::ById,
-            Stored::ByIdLink(link) => Node::ByIdLink {
-                project: link.0.clone(),
-                session: link.1.clone(),
-            },
+            Stored::ByIdLink => {
+                let mut parts = packed.split(|&b| b == 0).skip(1);
+                let project = OsStr::from_bytes(parts.next().unwrap_or_default());
+                let session = parts
+                    .next()
+                    .map_or_else(|| path.file_name().unwrap_or_default(), OsStr::from_bytes);
+                Node::ByIdLink {
+                    project: project.to_os_string(),
+                    session: session.to_os_string(),
+                }
+            }
             Stored::Project => Node::Project { project: next() },
             Stored::Session => Node::Session {
                 project: next(),
@@ -151,7 +190,7 @@ impl Stored {
                 view: *view,
                 rel: view_rel(path).unwrap_or_default().to_string(),
             },
-            Stored::View(node) => (**node).clone(),
+            Stored::View => odd.cloned().unwrap_or(Node::Root),
             Stored::Passthrough => Node::Passthrough {
                 rel: path.to_path_buf(),
             },
@@ -159,40 +198,17 @@ impl Stored {
     }
 }
 
-/// One inode the kernel may hold.
-struct Entry {
-    /// The mount path it answers at (the latest one looked up, for a file
-    /// with several hard links); shared with the path index.
-    path: Arc<Path>,
-    node: Stored,
-    /// Lookups the kernel has not forgotten (MOUNT.md, Attributes).
-    lookups: u64,
-    /// An `O_PATH` descriptor of the file once its last name is gone
-    /// (unlinked while the kernel still held it), so that `fstat` of an
-    /// open descriptor keeps working; closed when the inode is forgotten.
-    detached: Option<std::sync::Arc<std::fs::File>>,
-    /// The descriptor of a passed-through file's latest open through the
-    /// mount while any handle holds it, so that `fstat` and `fchmod` of an
-    /// open descriptor keep working after the file is removed on the
-    /// backing side (the kernel's `fstat` names no handle).
-    open: Option<std::sync::Weak<std::fs::File>>,
-}
-
-struct Tables {
-    by_path: HashMap<Arc<Path>, u64>,
-    by_ino: HashMap<u64, Entry>,
-}
-
-/// Bit set in inode numbers derived from a mount path (entries without a
-/// backing identity of their own, or whose backing file is replaced over
-/// time: projects, sessions, transcript views, `.by-id`); clear in numbers
-/// derived from a passed-through entry's backing inode.
+/// Bit set in inode numbers derived from a parent and a name (entries
+/// without a backing identity of their own, or whose backing file is
+/// replaced over time: projects, sessions, transcript views, `.by-id`);
+/// clear in numbers derived from a passed-through entry's backing inode.
 const PATH_DERIVED: u64 = 1 << 63;
 
-/// The inode number of a mount path without a backing identity: a hash of
-/// the path with [`PATH_DERIVED`] set (never [`ROOT_INO`]).
-pub fn path_ino(path: &Path) -> u64 {
-    derived_ino(path)
+/// The inode number of entry `name` of directory `parent` when it has no
+/// backing identity: a hash of both with [`PATH_DERIVED`] set (never
+/// [`ROOT_INO`]).
+pub fn child_ino(parent: u64, name: &OsStr) -> u64 {
+    derived_ino((parent, name.as_bytes()))
 }
 
 /// A hash of `key` with [`PATH_DERIVED`] set.
@@ -206,221 +222,430 @@ fn derived_ino(key: impl std::hash::Hash) -> u64 {
 /// The inode number of a passed-through entry whose backing file has
 /// inode number `backing_ino` on device `dev`, in a root on device
 /// `root_dev`: on the root's device that number itself, so that a rename
-/// keeps it and hard links share it (path-derived when it does not fit);
-/// on another device (a file system mounted inside a session directory) a
-/// hash of the device and the number with [`PATH_DERIVED`] set, so that
-/// files of two file systems never share a number and an entry still
-/// follows its file within its own file system.
-pub fn backing_ino(path: &Path, dev: u64, backing_ino: u64, root_dev: u64) -> u64 {
+/// keeps it and hard links share it (`derived`, the entry's
+/// [`child_ino`], when it does not fit); on another device (a file system
+/// mounted inside a session directory) a hash of the device and the
+/// number with [`PATH_DERIVED`] set, so that files of two file systems
+/// never share a number and an entry still follows its file within its
+/// own file system.
+pub fn backing_ino(derived: u64, dev: u64, backing_ino: u64, root_dev: u64) -> u64 {
     if dev != root_dev {
         return derived_ino((dev, backing_ino));
     }
     if backing_ino & PATH_DERIVED == 0 && backing_ino > ROOT_INO {
         backing_ino
     } else {
-        path_ino(path)
+        derived
+    }
+}
+
+/// Deepest chain of parents walked to rebuild a path: more components
+/// than any path the kernel can name (`PATH_MAX` is 4096 bytes), so a
+/// longer chain can only be a cycle, answered as no entry.
+const MAX_DEPTH: usize = 4096;
+
+/// One inode the kernel may hold: its parent's number and its name (the
+/// latest looked up, for a file with several hard links).
+struct Entry {
+    parent: u64,
+    /// Empty when the kind implies it ([`Stored::implied_name`]).
+    name: Box<[u8]>,
+    node: Stored,
+    /// Lookups the kernel has not forgotten (MOUNT.md, Attributes).
+    lookups: u64,
+    /// Entries whose parent this is: an entry stays while any is held, so
+    /// that their paths can be rebuilt (the kernel forgets a directory
+    /// only after its children, but nothing here relies on that).
+    children: u32,
+    /// Removed (`unlink`, `rmdir`, replaced by a rename) while the kernel
+    /// held it: it answers no name any more, and its path is where it was.
+    gone: bool,
+    /// Several names answer this number (hard links): `named` may hold
+    /// more keys of it than its current name.
+    linked: bool,
+}
+
+impl Entry {
+    /// Its name: implied by its kind, else what `name` holds up to a NUL
+    /// (a `.by-id` link's target follows it there).
+    fn name(&self) -> &[u8] {
+        match self.node.implied_name() {
+            Some(name) => name,
+            None => self.name.split(|&b| b == 0).next().unwrap_or_default(),
+        }
+    }
+}
+
+/// What an entry's `name` field holds for name `name` of a node of kind
+/// `node` carrying `extra` (see [`Stored::of`]).
+fn packed_name(node: Stored, name: &[u8], extra: &[u8]) -> Box<[u8]> {
+    if node.implied_name() == Some(name) {
+        return Box::default();
+    }
+    let mut packed = Vec::with_capacity(name.len() + extra.len());
+    packed.extend_from_slice(name);
+    packed.extend_from_slice(extra);
+    packed.into_boxed_slice()
+}
+
+#[derive(Default)]
+struct Tables {
+    /// Every held entry by number. A B-tree: it grows a node at a time,
+    /// where a hash table would hold its old and new arrays at once.
+    entries: BTreeMap<u64, Entry>,
+    /// `(parent, name)` of held entries whose number is not that pair's
+    /// [`child_ino`] (passed-through entries numbered by their backing
+    /// file, moved ones), and every extra name of a hard-linked one.
+    named: HashMap<(u64, Box<[u8]>), u64>,
+    /// `O_PATH` descriptors of entries whose last name went while the
+    /// kernel held them, so that `fstat` of an open descriptor keeps
+    /// working; closed when the inode is forgotten.
+    detached: HashMap<u64, Arc<std::fs::File>>,
+    /// The descriptor of a passed-through file's latest open through the
+    /// mount while any handle holds it, so that `fstat` and `fchmod` of an
+    /// open descriptor keep working after the file is removed on the
+    /// backing side (the kernel's `fstat` names no handle).
+    open: HashMap<u64, Weak<std::fs::File>>,
+    /// View nodes kept whole ([`Stored::View`]).
+    odd: HashMap<u64, Node>,
+}
+
+impl Tables {
+    /// The number held at `name` in `parent`, if any.
+    fn at(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        if let Some(&ino) = self.named.get(&(parent, Box::from(name))) {
+            return Some(ino);
+        }
+        let ino = child_ino(parent, OsStr::from_bytes(name));
+        let e = self.entries.get(&ino)?;
+        (!e.gone && e.parent == parent && e.name() == name).then_some(ino)
+    }
+
+    /// The mount path of `ino`, rebuilt from its parents.
+    fn path(&self, ino: u64) -> Option<PathBuf> {
+        let mut names: Vec<&[u8]> = Vec::new();
+        let mut at = ino;
+        while at != ROOT_INO {
+            let e = self.entries.get(&at)?;
+            names.push(e.name());
+            if names.len() > MAX_DEPTH {
+                return None;
+            }
+            at = e.parent;
+        }
+        let mut path = PathBuf::new();
+        for name in names.iter().rev() {
+            path.push(OsStr::from_bytes(name));
+        }
+        Some(path)
+    }
+
+    /// Whether `ino` is `dir` or under it.
+    fn is_under(&self, mut ino: u64, dir: u64) -> bool {
+        for _ in 0..=MAX_DEPTH {
+            if ino == dir {
+                return true;
+            }
+            match self.entries.get(&ino) {
+                Some(e) if ino != ROOT_INO => ino = e.parent,
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Gives entry `ino` the name `name` in `parent` (its children
+    /// counted there), unless that would make it its own ancestor; `extra`
+    /// as [`Stored::of`] gives it.
+    fn place(&mut self, ino: u64, parent: u64, name: &[u8], extra: &[u8]) {
+        if ino == ROOT_INO || self.is_under(parent, ino) {
+            return;
+        }
+        let Some(e) = self.entries.get_mut(&ino) else {
+            return;
+        };
+        let old_parent = std::mem::replace(&mut e.parent, parent);
+        e.name = packed_name(e.node, name, extra);
+        if old_parent != parent {
+            if let Some(p) = self.entries.get_mut(&parent) {
+                p.children += 1;
+            }
+            self.unchild(old_parent);
+        }
+    }
+
+    /// One child of `parent` fewer; entries left with no lookup and no
+    /// child go, up the chain.
+    fn unchild(&mut self, parent: u64) {
+        let Some(p) = self.entries.get_mut(&parent) else {
+            return;
+        };
+        p.children = p.children.saturating_sub(1);
+        if p.children == 0 && p.lookups == 0 {
+            self.remove(parent);
+        }
+    }
+
+    /// Removes entry `ino` (no lookup, no child left) and whatever it
+    /// alone kept.
+    fn remove(&mut self, mut ino: u64) {
+        loop {
+            if ino == ROOT_INO {
+                return;
+            }
+            let Some(e) = self.entries.remove(&ino) else {
+                return;
+            };
+            let key = (e.parent, Box::from(e.name()));
+            if self.named.get(&key) == Some(&ino) {
+                self.named.remove(&key);
+            }
+            if e.linked {
+                self.named.retain(|_, &mut i| i != ino);
+            }
+            self.detached.remove(&ino);
+            self.open.remove(&ino);
+            self.odd.remove(&ino);
+            let Some(p) = self.entries.get_mut(&e.parent) else {
+                return;
+            };
+            p.children = p.children.saturating_sub(1);
+            if p.children != 0 || p.lookups != 0 {
+                return;
+            }
+            ino = e.parent;
+        }
+    }
+
+    /// Another name of `ino` than `except`, from `named`.
+    fn other_name(&self, ino: u64, except: &(u64, Box<[u8]>)) -> Option<(u64, Box<[u8]>)> {
+        self.named
+            .iter()
+            .find(|(k, &i)| i == ino && *k != except)
+            .map(|(k, _)| k.clone())
     }
 }
 
 /// The mount's inode table: the inodes the kernel holds, each with its
-/// mount path, node and lookup count. Numbers are derived, not allocated
-/// ([`path_ino`], [`backing_ino`]), so a listing can name an entry's
-/// number without holding it; an entry lives from its first lookup until
-/// the kernel forgets it (`forget`, `batch_forget`). Renames move an entry
-/// (and everything under it) to its new path; unlinks detach the path.
+/// parent, name, node and lookup count. Numbers are derived, not
+/// allocated ([`child_ino`], [`backing_ino`]), so a listing can name an
+/// entry's number without holding it; an entry lives from its first
+/// lookup until the kernel forgets it (`forget`, `batch_forget`) and
+/// nothing under it is held. A rename moves an entry, and everything
+/// under it follows; an unlink detaches its name.
 pub struct InodeTable {
     inner: RwLock<Tables>,
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
-        let mut by_path = HashMap::new();
-        let mut by_ino = HashMap::new();
-        let root: Arc<Path> = Arc::from(Path::new(""));
-        by_path.insert(Arc::clone(&root), ROOT_INO);
-        by_ino.insert(
+        let mut t = Tables::default();
+        t.entries.insert(
             ROOT_INO,
             Entry {
-                path: root,
+                parent: ROOT_INO,
+                name: Box::default(),
                 node: Stored::Root,
                 lookups: 1,
-                detached: None,
-                open: None,
+                children: 0,
+                gone: false,
+                linked: false,
             },
         );
         InodeTable {
-            inner: RwLock::new(Tables { by_path, by_ino }),
+            inner: RwLock::new(t),
         }
     }
 }
 
 impl InodeTable {
-    /// Records one lookup of the node at mount path `path` with inode
-    /// number `ino` (from [`path_ino`] or [`backing_ino`]) and returns the
-    /// number. A number already held for another path (a hard link, or a
-    /// rename made outside the mount) now answers at `path`.
-    pub fn looked_up(&self, path: PathBuf, node: Node, ino: u64) -> u64 {
+    /// Records one lookup of `node`, entry `path`'s last component of
+    /// directory `parent` (a held inode; `path` is its mount path), with
+    /// inode number `ino` (from [`child_ino`] or [`backing_ino`]), and
+    /// returns the number. A number already held under another name (a
+    /// hard link, or a rename made outside the mount) now answers at this
+    /// one too.
+    pub fn looked_up(&self, parent: u64, path: &Path, node: &Node, ino: u64) -> u64 {
+        let name = path.file_name().unwrap_or_default().as_bytes();
+        let (stored, extra) = Stored::of(node, path);
         let mut t = self.inner.write();
-        // One allocation of the path, shared by the index and the entry.
-        let path: Arc<Path> = match t.by_path.get_key_value(path.as_path()) {
-            Some((key, _)) => Arc::clone(key),
-            None => Arc::from(path),
-        };
-        // A path that named another file (replaced outside the mount) now
-        // names this one; the old inode keeps its number.
-        t.by_path.insert(Arc::clone(&path), ino);
-        let e = t.by_ino.entry(ino).or_insert(Entry {
-            path: Arc::clone(&path),
-            node: Stored::Root,
-            lookups: 0,
-            detached: None,
-            open: None,
-        });
-        e.path = path;
-        e.node = Stored::of(&node, &e.path);
-        e.detached = None;
-        e.lookups = e.lookups.saturating_add(1);
+        if stored == Stored::View {
+            t.odd.insert(ino, node.clone());
+        }
+        let key = (parent, Box::<[u8]>::from(name));
+        // A name that numbered another file (replaced outside the mount)
+        // now numbers this one; the old inode keeps its number.
+        if ino == child_ino(parent, OsStr::from_bytes(name)) {
+            t.named.remove(&key);
+        } else {
+            t.named.insert(key.clone(), ino);
+        }
+        match t.entries.get_mut(&ino) {
+            Some(e) => {
+                e.lookups = e.lookups.saturating_add(1);
+                let renamed = e.parent != parent || e.name() != name;
+                let repack = e.node != stored || stored == Stored::ByIdLink;
+                e.node = stored;
+                if renamed && !e.gone {
+                    e.linked = true;
+                }
+                e.gone = false;
+                if renamed {
+                    t.place(ino, parent, name, &extra);
+                } else if repack {
+                    e.name = packed_name(stored, name, &extra);
+                }
+                t.detached.remove(&ino);
+            }
+            None => {
+                let name = packed_name(stored, name, &extra);
+                t.entries.insert(
+                    ino,
+                    Entry {
+                        parent,
+                        name,
+                        node: stored,
+                        lookups: 1,
+                        children: 0,
+                        gone: false,
+                        linked: false,
+                    },
+                );
+                if let Some(p) = t.entries.get_mut(&parent) {
+                    p.children += 1;
+                }
+            }
+        }
         ino
     }
 
-    /// The inode number a listing shows for `path`: the held one, else
-    /// `derived`. Nothing is recorded.
-    pub fn listed(&self, path: &Path, derived: u64) -> u64 {
-        self.inner
-            .read()
-            .by_path
-            .get(path)
+    /// The inode number a listing of directory `parent` shows for entry
+    /// `name`: the held one, else its [`child_ino`]. Nothing is recorded.
+    pub fn listed(&self, parent: u64, name: &OsStr) -> u64 {
+        let t = self.inner.read();
+        t.named
+            .get(&(parent, Box::from(name.as_bytes())))
             .copied()
-            .unwrap_or(derived)
+            .unwrap_or_else(|| child_ino(parent, name))
     }
 
     /// The mount path and node of an inode number the kernel holds.
     pub fn node(&self, ino: u64) -> Option<(PathBuf, Node)> {
-        self.inner
-            .read()
-            .by_ino
-            .get(&ino)
-            .map(|e| (e.path.to_path_buf(), e.node.node(&e.path)))
+        let t = self.inner.read();
+        let path = t.path(ino)?;
+        let e = t.entries.get(&ino)?;
+        let node = e.node.node(&path, &e.name, t.odd.get(&ino));
+        Some((path, node))
+    }
+
+    /// The number [`child_ino`] gives inode `ino` at its current name.
+    pub fn derived(&self, ino: u64) -> Option<u64> {
+        let t = self.inner.read();
+        let e = t.entries.get(&ino)?;
+        Some(child_ino(e.parent, OsStr::from_bytes(e.name())))
     }
 
     /// The kernel forgot `n` lookups of `ino`: the entry goes when none is
-    /// left (the root stays).
+    /// left and nothing under it is held (the root stays).
     pub fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO {
             return;
         }
         let mut t = self.inner.write();
-        let Some(e) = t.by_ino.get_mut(&ino) else {
+        let Some(e) = t.entries.get_mut(&ino) else {
             return;
         };
         e.lookups = e.lookups.saturating_sub(n);
-        if e.lookups == 0 {
-            let path = Arc::clone(&e.path);
-            t.by_ino.remove(&ino);
-            if t.by_path.get(&path) == Some(&ino) {
-                t.by_path.remove(&path);
-            }
+        if e.lookups == 0 && e.children == 0 {
+            t.remove(ino);
         }
     }
 
-    /// The entry at `path` (and, for a directory, every entry under it)
-    /// moved to `to`, as `rename(2)` moved it; an entry that was at `to`
-    /// is replaced and answers no path any more.
-    pub fn rename(&self, from: &Path, to: &Path) {
+    /// Entry `name` of `parent` moved to `new_name` of `new_parent`, as
+    /// `rename(2)` moved it (what is under it follows); an entry that was
+    /// there is replaced and answers no name any more.
+    pub fn rename(&self, parent: u64, name: &OsStr, new_parent: u64, new_name: &OsStr) {
         let mut t = self.inner.write();
-        let moved: Vec<(Arc<Path>, u64)> = t
-            .by_path
-            .iter()
-            .filter(|(p, _)| p.starts_with(from))
-            .map(|(p, &i)| (Arc::clone(p), i))
-            .collect();
-        let replaced: Vec<Arc<Path>> = t
-            .by_path
-            .keys()
-            .filter(|p| p.starts_with(to))
-            .cloned()
-            .collect();
-        for p in replaced {
-            t.by_path.remove(&p);
-        }
-        for (old, ino) in moved {
-            t.by_path.remove(&old);
-            let Ok(rest) = old.strip_prefix(from) else {
-                continue;
-            };
-            let new: Arc<Path> = if rest.as_os_str().is_empty() {
-                Arc::from(to)
-            } else {
-                Arc::from(to.join(rest))
-            };
-            if let Some(e) = t.by_ino.get_mut(&ino) {
-                e.path = Arc::clone(&new);
-            }
-            t.by_path.insert(new, ino);
-        }
-    }
-
-    /// The inode held at mount path `path`, if any.
-    pub fn at(&self, path: &Path) -> Option<u64> {
-        self.inner.read().by_path.get(path).copied()
-    }
-
-    /// `path` was removed (`unlink`, `rmdir`): it answers no inode any
-    /// more. An inode with another name (a hard link) answers there; one
-    /// with none keeps `detached` (an `O_PATH` descriptor opened before the
-    /// removal) until it is forgotten.
-    pub fn unlinked(&self, path: &Path, detached: Option<std::fs::File>) {
-        let mut t = self.inner.write();
-        let Some(ino) = t.by_path.remove(path) else {
+        let (name, new_name) = (name.as_bytes(), new_name.as_bytes());
+        let Some(ino) = t.at(parent, name) else {
             return;
         };
-        let other = t
-            .by_path
-            .iter()
-            .find(|(_, &i)| i == ino)
-            .map(|(p, _)| Arc::clone(p));
-        if let Some(e) = t.by_ino.get_mut(&ino) {
-            if *e.path == *path {
-                match other {
-                    Some(p) => {
-                        e.path = p;
-                    }
-                    None => e.detached = detached.map(std::sync::Arc::new),
+        let replaced = t.at(new_parent, new_name);
+        if replaced == Some(ino) {
+            return; // two names of one file: rename(2) does nothing
+        }
+        if let Some(old) = replaced {
+            t.named.remove(&(new_parent, Box::from(new_name)));
+            if let Some(e) = t.entries.get_mut(&old) {
+                e.gone = true;
+            }
+        }
+        t.named.remove(&(parent, Box::from(name)));
+        if ino != child_ino(new_parent, OsStr::from_bytes(new_name)) {
+            t.named.insert((new_parent, Box::from(new_name)), ino);
+        }
+        t.place(ino, new_parent, new_name, &[]);
+    }
+
+    /// The inode held at entry `name` of `parent`, if any.
+    pub fn at(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        self.inner.read().at(parent, name.as_bytes())
+    }
+
+    /// Entry `name` of `parent` was removed (`unlink`, `rmdir`): it answers
+    /// no inode any more. An inode with another name (a hard link) answers
+    /// there; one with none keeps `detached` (an `O_PATH` descriptor opened
+    /// before the removal) until it is forgotten.
+    pub fn unlinked(&self, parent: u64, name: &OsStr, detached: Option<std::fs::File>) {
+        let mut t = self.inner.write();
+        let name = name.as_bytes();
+        let Some(ino) = t.at(parent, name) else {
+            return;
+        };
+        let key = (parent, Box::<[u8]>::from(name));
+        t.named.remove(&key);
+        let Some(e) = t.entries.get(&ino) else {
+            return;
+        };
+        if e.parent != parent || e.name() != name {
+            return; // it answers at its other, current name
+        }
+        match e.linked.then(|| t.other_name(ino, &key)).flatten() {
+            Some((p, n)) => t.place(ino, p, &n, &[]),
+            None => {
+                if let Some(e) = t.entries.get_mut(&ino) {
+                    e.gone = true;
+                }
+                if let Some(f) = detached {
+                    t.detached.insert(ino, Arc::new(f));
                 }
             }
         }
     }
 
     /// Records `file` as the open descriptor of inode `ino` (see
-    /// `Entry::open`); nothing when the kernel does not hold `ino`.
-    pub fn opened(&self, ino: u64, file: &std::sync::Arc<std::fs::File>) {
-        if let Some(e) = self.inner.write().by_ino.get_mut(&ino) {
-            e.open = Some(std::sync::Arc::downgrade(file));
+    /// `Tables::open`); nothing when the kernel does not hold `ino`.
+    pub fn opened(&self, ino: u64, file: &Arc<std::fs::File>) {
+        let mut t = self.inner.write();
+        if t.entries.contains_key(&ino) {
+            t.open.insert(ino, Arc::downgrade(file));
         }
     }
 
     /// The open descriptor recorded by [`InodeTable::opened`], while a
     /// handle still holds it.
-    pub fn open_file(&self, ino: u64) -> Option<std::sync::Arc<std::fs::File>> {
-        self.inner
-            .read()
-            .by_ino
-            .get(&ino)
-            .and_then(|e| e.open.as_ref()?.upgrade())
+    pub fn open_file(&self, ino: u64) -> Option<Arc<std::fs::File>> {
+        self.inner.read().open.get(&ino)?.upgrade()
     }
 
     /// The descriptor kept for an inode whose last name is gone.
-    pub fn detached(&self, ino: u64) -> Option<std::sync::Arc<std::fs::File>> {
-        self.inner
-            .read()
-            .by_ino
-            .get(&ino)
-            .and_then(|e| e.detached.clone())
+    pub fn detached(&self, ino: u64) -> Option<Arc<std::fs::File>> {
+        self.inner.read().detached.get(&ino).cloned()
     }
 
     /// How many inodes the table holds (the root included).
     pub fn count(&self) -> usize {
-        self.inner.read().by_ino.len()
+        self.inner.read().entries.len()
     }
 }
 
@@ -432,35 +657,149 @@ mod tests {
         Node::Passthrough { rel: p.into() }
     }
 
+    /// Looks up the chain `p/s/...` of pass-through directories and
+    /// returns the last number (numbers from `base` up).
+    fn dirs(t: &InodeTable, path: &str, base: u64) -> u64 {
+        let mut parent = ROOT_INO;
+        let mut at = PathBuf::new();
+        for (i, part) in path.split('/').enumerate() {
+            at.push(part);
+            parent = t.looked_up(parent, &at, &pass(at.to_str().unwrap()), base + i as u64);
+        }
+        parent
+    }
+
     #[test]
     fn entries_live_from_lookup_to_forget() {
         let t = InodeTable::default();
-        let a = t.looked_up("p/s/a".into(), pass("p/s/a"), 100);
-        t.looked_up("p/s/a".into(), pass("p/s/a"), 100);
-        assert_eq!(t.count(), 2);
+        let s = dirs(&t, "p/s", 10);
+        let a = t.looked_up(s, Path::new("p/s/a"), &pass("p/s/a"), 100);
+        t.looked_up(s, Path::new("p/s/a"), &pass("p/s/a"), 100);
+        assert_eq!(t.count(), 4);
         t.forget(a, 1);
         assert!(t.node(a).is_some());
         t.forget(a, 1);
         assert!(t.node(a).is_none());
+        assert_eq!(t.count(), 3);
+        assert_eq!(t.listed(s, OsStr::new("a")), child_ino(s, OsStr::new("a")));
+        assert_eq!(t.at(s, OsStr::new("a")), None);
+    }
+
+    #[test]
+    fn a_directory_stays_while_an_entry_under_it_is_held() {
+        let t = InodeTable::default();
+        let s = dirs(&t, "p/s", 10);
+        let f = t.looked_up(s, Path::new("p/s/f"), &pass("p/s/f"), 100);
+        // The kernel forgets the directories first (nothing relies on
+        // the order): the file's path still rebuilds.
+        t.forget(s, 1);
+        t.forget(10, 1);
+        assert_eq!(t.node(f).unwrap().0, Path::new("p/s/f"));
+        // Once the file goes, the chain above it goes too.
+        t.forget(f, 1);
         assert_eq!(t.count(), 1);
-        assert_eq!(t.listed(Path::new("p/s/a"), 7), 7);
     }
 
     #[test]
     fn a_rename_moves_the_inode_and_what_is_under_it() {
         let t = InodeTable::default();
-        let d = t.looked_up("p/s/d".into(), pass("p/s/d"), 200);
-        let f = t.looked_up("p/s/d/f".into(), pass("p/s/d/f"), 201);
-        let old_e = t.looked_up("p/s/e".into(), pass("p/s/e"), 300);
-        t.rename(Path::new("p/s/d"), Path::new("p/s/e"));
+        let s = dirs(&t, "p/s", 10);
+        let d = t.looked_up(s, Path::new("p/s/d"), &pass("p/s/d"), 200);
+        let f = t.looked_up(d, Path::new("p/s/d/f"), &pass("p/s/d/f"), 201);
+        let old_e = t.looked_up(s, Path::new("p/s/e"), &pass("p/s/e"), 300);
+        t.rename(s, OsStr::new("d"), s, OsStr::new("e"));
         assert_eq!(t.node(d).unwrap().0, Path::new("p/s/e"));
         assert_eq!(t.node(f).unwrap().1, pass("p/s/e/f"));
-        assert_eq!(t.listed(Path::new("p/s/e"), 0), d);
-        assert_eq!(t.listed(Path::new("p/s/d"), 0), 0);
-        // The replaced entry stays until forgotten, at no path.
+        assert_eq!(t.listed(s, OsStr::new("e")), d);
+        assert_eq!(t.at(s, OsStr::new("e")), Some(d));
+        assert_eq!(t.at(s, OsStr::new("d")), None);
+        // The replaced entry stays until forgotten, at no name.
         assert!(t.node(old_e).is_some());
-        t.unlinked(Path::new("p/s/e/f"), None);
-        assert_eq!(t.listed(Path::new("p/s/e/f"), 0), 0);
+        assert_ne!(t.listed(s, OsStr::new("e")), old_e);
+        t.unlinked(d, OsStr::new("f"), None);
+        assert_eq!(t.at(d, OsStr::new("f")), None);
+        assert!(t.node(f).is_some(), "held until forgotten");
+    }
+
+    #[test]
+    fn a_hard_link_answers_at_its_other_name_after_an_unlink() {
+        let t = InodeTable::default();
+        let s = dirs(&t, "p/s", 10);
+        t.looked_up(s, Path::new("p/s/a"), &pass("p/s/a"), 500);
+        t.looked_up(s, Path::new("p/s/b"), &pass("p/s/b"), 500);
+        assert_eq!(t.at(s, OsStr::new("a")), Some(500));
+        assert_eq!(t.at(s, OsStr::new("b")), Some(500));
+        t.unlinked(s, OsStr::new("b"), None);
+        assert_eq!(t.node(500).unwrap().0, Path::new("p/s/a"));
+        assert_eq!(t.at(s, OsStr::new("b")), None);
+        t.forget(500, 2);
+        assert_eq!(t.at(s, OsStr::new("a")), None, "no name outlives its inode");
+        assert_eq!(t.count(), 3);
+    }
+
+    #[test]
+    fn no_entry_becomes_its_own_ancestor() {
+        let t = InodeTable::default();
+        let a = dirs(&t, "a/b", 10);
+        // `a` (10) looked up inside `a/b` (11), as stale numbers could
+        // ask: the table keeps `a` where it was.
+        t.looked_up(a, Path::new("a/b/a"), &pass("a/b/a"), 10);
+        assert_eq!(t.node(10).unwrap().0, Path::new("a"));
+        assert_eq!(t.node(a).unwrap().0, Path::new("a/b"));
+    }
+
+    #[test]
+    fn implied_names_are_not_stored_but_rebuilt() {
+        let t = InodeTable::default();
+        let project = OsString::from("--p--");
+        let session = OsString::from("s1");
+        let p = t.looked_up(
+            ROOT_INO,
+            Path::new("--p--"),
+            &Node::Project {
+                project: project.clone(),
+            },
+            child_ino(ROOT_INO, &project),
+        );
+        let s = t.looked_up(
+            p,
+            Path::new("--p--/s1"),
+            &Node::Session {
+                project: project.clone(),
+                session: session.clone(),
+            },
+            child_ino(p, &session),
+        );
+        let node = Node::Transcript { project, session };
+        let name = OsStr::new(crate::store::VIEW_NAME);
+        let v = t.looked_up(
+            s,
+            &Path::new("--p--/s1").join(name),
+            &node,
+            child_ino(s, name),
+        );
+        assert_eq!(
+            t.node(v),
+            Some((Path::new("--p--/s1").join(name), node.clone()))
+        );
+        assert_eq!(t.at(s, name), Some(v));
+        assert_eq!(t.listed(s, name), v);
+    }
+
+    #[test]
+    fn a_by_id_link_keeps_its_target_in_its_name() {
+        let t = InodeTable::default();
+        let by_id = t.looked_up(ROOT_INO, Path::new(".by-id"), &Node::ById, 40);
+        for (name, session) in [("s1", "s1"), ("short", "s~2Dlong")] {
+            let node = Node::ByIdLink {
+                project: "--home-a--".into(),
+                session: session.into(),
+            };
+            let path = Path::new(".by-id").join(name);
+            let ino = t.looked_up(by_id, &path, &node, child_ino(by_id, OsStr::new(name)));
+            assert_eq!(t.node(ino), Some((path, node)));
+            assert_eq!(t.at(by_id, OsStr::new(name)), Some(ino));
+        }
     }
 
     #[test]
@@ -481,18 +820,25 @@ mod tests {
                 view,
                 rel: String::new(),
             };
+            let mid = Node::ViewDir {
+                view,
+                rel: "2025".into(),
+            };
             let name = format!("v{view:?}");
-            for (i, (rel, node)) in [("", &top), ("/2025/07", &dir), ("/2025/07/a b", &link)]
-                .into_iter()
-                .enumerate()
+            let mut parent = ROOT_INO;
+            for (i, (rel, node)) in [
+                ("", &top),
+                ("/2025", &mid),
+                ("/2025/07", &dir),
+                ("/2025/07/a b", &link),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 let path = PathBuf::from(format!("{name}{rel}"));
-                let ino = t.looked_up(
-                    path.clone(),
-                    node.clone(),
-                    500 + i as u64 + 10 * view as u64,
-                );
+                let ino = t.looked_up(parent, &path, node, 500 + i as u64 + 10 * view as u64);
                 assert_eq!(t.node(ino), Some((path, node.clone())));
+                parent = ino;
             }
         }
         // A node whose path inside the view is not its mount path's tail
@@ -501,29 +847,24 @@ mod tests {
             view: ViewKind::Date,
             rel: "elsewhere".into(),
         };
-        let ino = t.looked_up("v/x".into(), odd.clone(), 900);
+        let v = t.looked_up(ROOT_INO, Path::new("v"), &odd, 899);
+        let ino = t.looked_up(v, Path::new("v/x"), &odd, 900);
         assert_eq!(t.node(ino).unwrap().1, odd);
     }
 
     #[test]
     fn derived_numbers_never_collide_with_the_root_or_backing_numbers() {
-        let p = path_ino(Path::new("x"));
+        let p = child_ino(ROOT_INO, OsStr::new("x"));
         assert_ne!(p, ROOT_INO);
         assert_ne!(p & PATH_DERIVED, 0);
-        assert_eq!(backing_ino(Path::new("x"), 7, 12345, 7), 12345);
-        assert_eq!(backing_ino(Path::new("x"), 7, 1, 7), p);
+        assert_ne!(p, child_ino(p, OsStr::new("x")), "the parent counts");
+        assert_eq!(backing_ino(p, 7, 12345, 7), 12345);
+        assert_eq!(backing_ino(p, 7, 1, 7), p);
         // Inode 2 of two other file systems: two numbers, neither the
         // root device's own inode 2.
-        let (a, b) = (
-            backing_ino(Path::new("a/f"), 40, 2, 7),
-            backing_ino(Path::new("b/f"), 41, 2, 7),
-        );
+        let (a, b) = (backing_ino(p, 40, 2, 7), backing_ino(p, 41, 2, 7));
         assert_ne!(a, b);
         assert_ne!(a, 2);
-        assert_eq!(
-            a,
-            backing_ino(Path::new("a/g"), 40, 2, 7),
-            "follows its file"
-        );
+        assert_eq!(a, backing_ino(p ^ 1, 40, 2, 7), "follows its file");
     }
 }
