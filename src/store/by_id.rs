@@ -9,7 +9,7 @@
 //! one candidate, at the first project directory in byte order, so that
 //! opening it reports the duplicate id with its paths.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::Path;
@@ -23,8 +23,66 @@ use super::transcript::Transcript;
 use super::{is_foreign_transcript_name, is_publication_temp, Store};
 use crate::identity::{id_body, ids_match, resolve_id, IdLookupError};
 
-/// Session directories by the body of their ids: `(id, directory)` pairs.
-pub(crate) type IdIndex = HashMap<String, Vec<(String, SessionDir)>>;
+/// Session directories by the body of their ids, built once per catalog
+/// generation: every unique session directory once (project names shared),
+/// and a table sorted by a hash of each id's body, so that 20,000 sessions
+/// cost about 100 bytes each (issue 11, must show 3). A candidate's id is
+/// recomputed from its name when it is looked at.
+#[derive(Debug, Default)]
+pub(crate) struct IdIndex {
+    /// Project directory names, for `dirs`.
+    projects: Vec<OsString>,
+    /// `(project, session directory name)`, one per name.
+    dirs: Vec<(u32, OsString)>,
+    /// Header ids of directories whose names do not decode, by `dirs`
+    /// index (such a directory is found by either id).
+    header_ids: Vec<(u32, String)>,
+    /// `(hash of an id's body, dirs index, which id)`: sorted.
+    by_body: Vec<(u64, u32, Which)>,
+}
+
+/// Which id of a directory a row of [`IdIndex::by_body`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Which {
+    /// The id its name stands for ([`dir_id`]).
+    Name,
+    /// Its header's id, the `n`th of `header_ids`.
+    Header(u32),
+}
+
+fn body_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id_body(id).hash(&mut h);
+    h.finish()
+}
+
+impl IdIndex {
+    /// The `(id, directory)` pairs whose id has the body of `wanted`'s, in
+    /// the order of the catalog's session directories.
+    fn candidates(&self, wanted: &str) -> Vec<(String, SessionDir)> {
+        let h = body_hash(wanted);
+        let from = self.by_body.partition_point(|r| r.0 < h);
+        self.by_body[from..]
+            .iter()
+            .take_while(|r| r.0 == h)
+            .filter_map(|&(_, i, which)| {
+                let (project, session) = self.dirs.get(i as usize)?;
+                let id = match which {
+                    Which::Name => dir_id(session).0,
+                    Which::Header(n) => self.header_ids.get(n as usize)?.1.clone(),
+                };
+                (id_body(&id) == id_body(wanted)).then(|| {
+                    let dir = SessionDir {
+                        project: self.projects[*project as usize].clone(),
+                        session: session.clone(),
+                    };
+                    (id, dir)
+                })
+            })
+            .collect()
+    }
+}
 
 /// Whether a session directory holds something that claims to be a
 /// transcript: either encoding's file, or a transcript under a foreign
@@ -119,15 +177,9 @@ impl Store {
                 *cached = Some((generation, self.build_id_index()?));
             }
             let index = &cached.as_ref().expect("just built").1;
-            index
-                .get(id_body(wanted))
-                .map(|list| {
-                    list.iter()
-                        .filter(|(id, _)| id == wanted || ids_match(id, wanted))
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default()
+            let mut found = index.candidates(wanted);
+            found.retain(|(id, _)| id == wanted || ids_match(id, wanted));
+            found
         };
         // One candidate per directory (an undecodable name may match by
         // its name and by its header id).
@@ -144,23 +196,29 @@ impl Store {
     /// (IDENTITY.md §2: an exact id has the same body), built once per
     /// catalog generation.
     fn build_id_index(&self) -> Result<IdIndex> {
-        let mut index: IdIndex = HashMap::new();
+        let mut index = IdIndex::default();
         for d in self.unique_session_dirs()? {
+            if index.projects.last() != Some(&d.project) {
+                index.projects.push(d.project.clone());
+            }
+            let project = u32::try_from(index.projects.len() - 1).unwrap_or(u32::MAX);
+            let i = u32::try_from(index.dirs.len()).unwrap_or(u32::MAX);
             let (id, decoded) = dir_id(&d.session);
-            let mut ids = vec![id];
+            index.by_body.push((body_hash(&id), i, Which::Name));
             if !decoded {
                 let dir = self.root().join(&d.project).join(&d.session);
                 if let Some(header_id) = self.header_id(&dir) {
-                    ids.push(header_id);
+                    let n = u32::try_from(index.header_ids.len()).unwrap_or(u32::MAX);
+                    index
+                        .by_body
+                        .push((body_hash(&header_id), i, Which::Header(n)));
+                    index.header_ids.push((i, header_id));
                 }
             }
-            for id in ids {
-                index
-                    .entry(id_body(&id).to_string())
-                    .or_default()
-                    .push((id, d.clone()));
-            }
+            index.dirs.push((project, d.session));
         }
+        index.by_body.sort_unstable();
+        index.dirs.shrink_to_fit();
         Ok(index)
     }
 
