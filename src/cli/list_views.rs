@@ -94,7 +94,7 @@ pub(super) fn filtered(
         .collect();
     let set = kept
         .iter()
-        .map(|f| (f.project.clone(), f.session.clone()))
+        .map(|f| (f.project.to_os_string(), f.session.to_os_string()))
         .collect();
     Ok((set, ViewSnapshot::build(kept, &TimeZone::system())))
 }

@@ -85,7 +85,7 @@ impl SessionFs {
         }
         for (name, &i) in snap.links(view, dir) {
             if visible(&snap.sessions[i]) {
-                out.push((name.clone(), Kind::Symlink));
+                out.push((name.to_string(), Kind::Symlink));
             }
         }
         Ok(out)

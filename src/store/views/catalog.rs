@@ -35,7 +35,7 @@ use jiff::tz::TimeZone;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::facts::{scan_title, ViewFacts};
+use super::facts::{scan_title, Interner, ViewFacts};
 use super::names::fnv1a;
 use super::tree::ViewSnapshot;
 use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcript};
@@ -238,11 +238,12 @@ fn rescan(
         };
         let stamp = Stamp::of(&meta);
         let project = projects.entry(name.clone()).or_default();
+        let names = &mut Interner::default();
         if project.stamp == Some(stamp) {
             for (session, slot) in project.sessions.iter_mut() {
                 let settled = matches!(slot, Slot::Seen { settled: true, .. });
                 if !settled {
-                    changed |= revisit(store, cache, &name, session, slot);
+                    changed |= revisit(store, cache, names, &name, session, slot);
                 }
             }
             continue;
@@ -269,7 +270,7 @@ fn rescan(
             };
             // A session directory new to the catalog changes the views
             // only once it holds a transcript (revisit says so).
-            changed |= revisit(store, cache, &name, &entry.name, &mut slot)
+            changed |= revisit(store, cache, names, &name, &entry.name, &mut slot)
                 || (!known && !matches!(slot, Slot::Empty));
             sessions.insert(entry.name, slot);
         }
@@ -294,6 +295,7 @@ fn rescan(
 fn revisit(
     store: &Store,
     cache: &Arc<FrameCache>,
+    names: &mut Interner,
     project: &OsStr,
     session: &OsStr,
     slot: &mut Slot,
@@ -320,7 +322,7 @@ fn revisit(
             return false;
         }
     }
-    *slot = read_session(store, cache, project, session, &meta);
+    *slot = read_session(store, cache, names, project, session, &meta);
     true
 }
 
@@ -355,6 +357,7 @@ const TITLE_CACHE: u64 = 1024 * 1024;
 fn read_session(
     store: &Store,
     cache: &Arc<FrameCache>,
+    names: &mut Interner,
     project: &OsStr,
     session: &OsStr,
     meta: &fs::Metadata,
@@ -365,12 +368,12 @@ fn read_session(
             let header = t.header();
             let (title, settled) = scan_title(&t);
             let facts = ViewFacts {
-                project: project.to_os_string(),
-                session: session.to_os_string(),
-                id: header.id,
-                cwd: header.cwd,
+                project: names.project(project),
+                session: session.into(),
+                id: header.id.into(),
+                cwd: names.cwd(header.cwd.as_deref()),
                 created_at_ms: header.created_at_ms,
-                title,
+                title: title.into(),
             };
             (Some(Arc::new(facts)), settled)
         }
@@ -571,6 +574,7 @@ fn load(path: &Path) -> BTreeMap<OsString, Project> {
             ctime: (cs, cns),
         });
         let mut sessions = BTreeMap::new();
+        let names = &mut Interner::default();
         for s in p.sessions {
             let session: &str = &s.name;
             let slot = match (s.dev, s.ino, s.len) {
@@ -581,12 +585,12 @@ fn load(path: &Path) -> BTreeMap<OsString, Project> {
                     settled: s.settled.unwrap_or(false),
                     facts: s.facts.flatten().map(|f| {
                         Arc::new(ViewFacts {
-                            project: name.into(),
-                            session: session.into(),
-                            id: f.id.into_owned(),
-                            cwd: f.cwd.map(Cow::into_owned),
+                            project: names.project(OsStr::new(name)),
+                            session: OsStr::new(session).into(),
+                            id: f.id.into(),
+                            cwd: names.cwd(f.cwd.as_deref()),
                             created_at_ms: f.created_at,
-                            title: f.title.into_owned(),
+                            title: f.title.into(),
                         })
                     }),
                 },

@@ -1,26 +1,64 @@
 //! What the views need of one session: its header facts and its title,
 //! read once (issue 14).
 
-use std::ffi::OsString;
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::sync::Arc;
 
 use super::super::title::{self, TitleScan};
 use super::super::transcript::Transcript;
 
-/// The facts of one valid session that the `.by-*` views show.
+/// The facts of one valid session that the `.by-*` views show. Kept for
+/// every session of the root, so held compactly: the project name and the
+/// cwd are shared by the sessions of one project directory that have them
+/// ([`Interner`]), the rest are boxed strings (about 250 bytes a session).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewFacts {
     /// The project directory name.
-    pub project: OsString,
+    pub project: Arc<OsStr>,
     /// The session directory name (the encoded id).
-    pub session: OsString,
+    pub session: Box<OsStr>,
     /// The header's id.
-    pub id: String,
+    pub id: Box<str>,
     /// The header's `cwd`, as stored.
-    pub cwd: Option<String>,
+    pub cwd: Option<Arc<str>>,
     /// The header's `createdAt`, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
     /// The title ([`crate::store::title`]); empty when there is none.
-    pub title: String,
+    pub title: Box<str>,
+}
+
+/// Shares project names and cwds between the [`ViewFacts`] of one
+/// project directory.
+#[derive(Debug, Default)]
+pub struct Interner {
+    project: Option<Arc<OsStr>>,
+    cwds: HashSet<Arc<str>>,
+}
+
+impl Interner {
+    /// `project`, shared with the earlier calls that gave the same name.
+    pub fn project(&mut self, project: &OsStr) -> Arc<OsStr> {
+        match &self.project {
+            Some(p) if **p == *project => Arc::clone(p),
+            _ => {
+                let p: Arc<OsStr> = Arc::from(project);
+                self.project = Some(Arc::clone(&p));
+                p
+            }
+        }
+    }
+
+    /// `cwd`, shared with the earlier calls that gave the same one.
+    pub fn cwd(&mut self, cwd: Option<&str>) -> Option<Arc<str>> {
+        let cwd = cwd?;
+        if let Some(c) = self.cwds.get(cwd) {
+            return Some(Arc::clone(c));
+        }
+        let c: Arc<str> = Arc::from(cwd);
+        self.cwds.insert(Arc::clone(&c));
+        Some(c)
+    }
 }
 
 /// The title of a transcript ([`crate::store::title::scan_title`] over

@@ -60,7 +60,53 @@ pub struct ViewDir {
     pub below: Vec<usize>,
     /// Link name → session index, made at the first use of the directory
     /// (see [`ViewSnapshot::links`]).
-    links: OnceLock<BTreeMap<String, usize>>,
+    links: OnceLock<Links>,
+}
+
+/// The links of one view directory: `(name, session index)` sorted by
+/// name, about 40 bytes a link (a 20,000-session `.by-title` is one
+/// directory).
+#[derive(Debug, Default)]
+pub struct Links(Vec<(Box<str>, usize)>);
+
+impl Links {
+    /// The session index of link `name`.
+    pub fn get(&self, name: &str) -> Option<&usize> {
+        let i = self.0.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    /// Whether there is a link `name`.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// How many links.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The names, sorted.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(n, _)| &**n)
+    }
+}
+
+impl<'a> IntoIterator for &'a Links {
+    type Item = (&'a str, &'a usize);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (Box<str>, usize)>,
+        fn(&'a (Box<str>, usize)) -> (&'a str, &'a usize),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(n, i)| (&**n, i))
+    }
 }
 
 /// One view: directory path → directory.
@@ -223,7 +269,7 @@ impl ViewSnapshot {
     /// directory. Every name shared by several sessions, or equal to a
     /// subdirectory beside it, gets the full id (the encoded one) instead
     /// of the short id, so names never depend on listing order.
-    pub fn links<'a>(&'a self, view: ViewKind, dir: &'a ViewDir) -> &'a BTreeMap<String, usize> {
+    pub fn links<'a>(&'a self, view: ViewKind, dir: &'a ViewDir) -> &'a Links {
         dir.links.get_or_init(|| {
             let prefix = |i: usize| -> String {
                 let (y, m, d, hms) = local_parts(self.sessions[i].created_at_ms, &self.zone);
@@ -233,25 +279,33 @@ impl ViewSnapshot {
                     ViewKind::Title => String::new(),
                 }
             };
-            let mut names: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
-            for &i in &dir.members {
-                let s = &self.sessions[i];
-                let p = prefix(i);
-                let name = link_name(&p, &s.title, &short_id(&s.id));
-                names.entry(name).or_default().push((i, p));
-            }
-            let mut links = BTreeMap::new();
-            for (name, holders) in names {
-                if holders.len() == 1 && !dir.subdirs.contains(&name) {
-                    links.insert(name, holders[0].0);
-                    continue;
-                }
-                for (i, p) in holders {
+            // Names with the short id, sorted; a name shared by several
+            // sessions or equal to a subdirectory is made again with the
+            // full id for each of them.
+            let mut names: Vec<(Box<str>, usize)> = dir
+                .members
+                .iter()
+                .map(|&i| {
                     let s = &self.sessions[i];
-                    links.insert(link_name(&p, &s.title, &s.session.to_string_lossy()), i);
-                }
+                    (link_name(&prefix(i), &s.title, &short_id(&s.id)).into(), i)
+                })
+                .collect();
+            names.sort_unstable();
+            let clashes = |k: usize| {
+                let name = &names[k].0;
+                (k > 0 && names[k - 1].0 == *name)
+                    || names.get(k + 1).is_some_and(|n| n.0 == *name)
+                    || dir.subdirs.contains(&**name)
+            };
+            let full: Vec<usize> = (0..names.len()).filter(|&k| clashes(k)).collect();
+            for k in full {
+                let i = names[k].1;
+                let s = &self.sessions[i];
+                names[k].0 = link_name(&prefix(i), &s.title, &s.session.to_string_lossy()).into();
             }
-            links
+            names.sort_unstable();
+            names.shrink_to_fit();
+            Links(names)
         })
     }
 
@@ -269,10 +323,10 @@ mod tests {
 
     fn facts(id: &str, cwd: Option<&str>, ms: u64, title: &str) -> Arc<ViewFacts> {
         Arc::new(ViewFacts {
-            project: "p".into(),
-            session: id.into(),
+            project: std::ffi::OsStr::new("p").into(),
+            session: std::ffi::OsStr::new(id).into(),
             id: id.into(),
-            cwd: cwd.map(String::from),
+            cwd: cwd.map(Arc::from),
             created_at_ms: ms,
             title: title.into(),
         })
@@ -295,11 +349,7 @@ mod tests {
         );
         let top = snap.tree(ViewKind::Cwd).dir("").unwrap();
         assert!(top.subdirs.contains("2026-01-05 09-00-00 t 12345678"));
-        let names: Vec<&str> = snap
-            .links(ViewKind::Cwd, top)
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let names: Vec<&str> = snap.links(ViewKind::Cwd, top).keys().collect();
         assert_eq!(names, ["2026-01-05 09-00-00 t a_12345678"]);
     }
 
@@ -317,11 +367,7 @@ mod tests {
             &utc,
         );
         let day = snap.tree(ViewKind::Date).dir("2026/01/05").unwrap();
-        let names: Vec<&str> = snap
-            .links(ViewKind::Date, day)
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let names: Vec<&str> = snap.links(ViewKind::Date, day).keys().collect();
         assert_eq!(
             names,
             [
@@ -342,7 +388,7 @@ mod tests {
             Some(2)
         );
         // A per-user filter hides a directory with nothing visible below.
-        let only_c = |f: &ViewFacts| f.id == "c_87654321";
+        let only_c = |f: &ViewFacts| &*f.id == "c_87654321";
         let none = |_: &ViewFacts| false;
         assert!(snap
             .tree(ViewKind::Cwd)
