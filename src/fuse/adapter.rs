@@ -17,7 +17,7 @@ use fuser::{
 };
 
 use super::access::Caller;
-use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
+use super::fs::{Attr, DirEntry, FsError, FsResult, Kind, SessionFs};
 use super::fs_write::Owner;
 use super::status::{count_request, StatusFile};
 
@@ -399,7 +399,7 @@ impl Filesystem for Adapter {
         );
         match r {
             Ok(entries) => {
-                for (cookie, e) in entries.iter().filter(|(c, _)| *c > offset) {
+                for (cookie, e) in after(&entries, offset) {
                     if reply.add(INodeNo(e.ino), *cookie, file_type(e.kind), &e.name) {
                         break;
                     }
@@ -429,7 +429,7 @@ impl Filesystem for Adapter {
             || {
                 let entries = self.core.readdir_as(&caller, ino.0, offset)?;
                 let attrs = self.core.listed_attrs(&caller, ino.0);
-                for (cookie, e) in entries.iter().filter(|(c, _)| *c > offset) {
+                for (cookie, e) in after(&entries, offset) {
                     let listed = attrs.get(&self.core, &e.name, e.kind);
                     let full = match &listed {
                         Some(attr) => reply.add(
@@ -845,4 +845,11 @@ impl Filesystem for Adapter {
             Err(e) => reply.error(e),
         }
     }
+}
+
+/// The entries of a listing (sorted by cookie) after position `offset`,
+/// found by binary search: a 20,000-entry directory read 30 entries a
+/// reply is not scanned from its start at every reply.
+fn after(entries: &[(u64, DirEntry)], offset: u64) -> &[(u64, DirEntry)] {
+    &entries[entries.partition_point(|(c, _)| *c <= offset)..]
 }
