@@ -92,6 +92,9 @@ pub fn frames_decoded_total() -> u64 {
     FRAMES_DECODED.load(Ordering::Relaxed)
 }
 
+// One view per open transcript: the size of the zstd variant (the index's
+// fields, its table on the heap) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum View {
     Zstd(FrameIndex),
     /// Raw mode: the view ends after the last complete line.
@@ -377,15 +380,19 @@ impl Transcript {
             }
         }
         let range = index.frames_for(offset, u64::from(size));
-        let frames: Vec<(usize, IndexedFrame)> =
-            range.clone().map(|i| (i, index.frames()[i])).collect();
-        let ahead: Vec<(usize, IndexedFrame)> = index.frames()[range.end..]
+        let frames: Vec<(usize, IndexedFrame)> = range
+            .clone()
+            .zip(index.frames().from(range.start).iter())
+            .collect();
+        let ahead: Vec<(usize, IndexedFrame)> = index
+            .frames()
+            .from(range.end)
             .iter()
             .take(READ_AHEAD_FRAMES)
             .take_while(|f| f.plain_len <= LARGE_FRAME)
             .scan(0u64, |bytes, f| {
                 *bytes += f.plain_len;
-                (*bytes <= READ_AHEAD_BYTES || *bytes == f.plain_len).then_some(*f)
+                (*bytes <= READ_AHEAD_BYTES || *bytes == f.plain_len).then_some(f)
             })
             .enumerate()
             .map(|(i, f)| (range.end + i, f))
