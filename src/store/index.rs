@@ -26,6 +26,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::classify::{classify, Damage, Failure, WalkEnd};
 use super::decode;
@@ -546,6 +547,76 @@ impl FrameIndex {
         file_len: u64,
         frames_decoded: &mut u64,
     ) -> Result<(), FrameError> {
+        self.extend_with(src, file_len, frames_decoded, None)
+    }
+
+    /// [`FrameIndex::extend`], with a speculative walk of the second half
+    /// of a long unwalked span on another thread (spans of at least
+    /// `min_span` bytes): see [`Ahead`]. The frames found are exactly those
+    /// of [`FrameIndex::extend`]: the speculation only saves this thread
+    /// the walk of frames it has proven to be the same.
+    ///
+    /// Errors: as [`FrameIndex::extend`].
+    pub fn extend_parallel<R: ReadAt + Sync + ?Sized>(
+        &mut self,
+        src: &R,
+        file_len: u64,
+        frames_decoded: &mut u64,
+        min_span: u64,
+    ) -> Result<(), FrameError> {
+        let span = file_len.saturating_sub(self.walked_to);
+        if span < min_span.max(1) || (self.damage.is_some() && file_len == self.damage_file_len) {
+            return self.extend(src, file_len, frames_decoded);
+        }
+        let ahead = Ahead {
+            start: AtomicU64::new(u64::MAX),
+            found: parking_lot::Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        };
+        let from = self.walked_to + span / 2;
+        std::thread::scope(|scope| {
+            scope.spawn(|| ahead.walk(src, from, file_len));
+            let r = self.extend_with(src, file_len, frames_decoded, Some(&ahead));
+            ahead.stop.store(true, Ordering::Relaxed);
+            r
+        })
+    }
+
+    /// Takes the speculative frames that start exactly where this walk
+    /// stands, if `ahead` has them: returns whether any were taken.
+    fn adopt(&mut self, ahead: &Ahead) -> bool {
+        if self.walked_to < ahead.start.load(Ordering::Acquire) {
+            return false;
+        }
+        let found = ahead.found.lock();
+        let at = found.partition_point(|(f, _)| f.offset < self.walked_to);
+        match found.get(at) {
+            Some((f, _)) if f.offset == self.walked_to => {}
+            _ => return false,
+        }
+        #[cfg(test)]
+        ADOPTED.with(|n| n.set(n.get() + found.len() - at));
+        for (info, plain_len) in &found[at..] {
+            if let FrameKind::Data { .. } = info.kind {
+                if self.table.push(info, *plain_len).is_none() {
+                    // Cannot be (the walk from here gives these frames);
+                    // walked by this thread instead, which reports it.
+                    return false;
+                }
+            }
+            self.walked_to = info.offset + info.len;
+            self.last_walked = Some(*info);
+        }
+        true
+    }
+
+    fn extend_with<R: ReadAt + ?Sized>(
+        &mut self,
+        src: &R,
+        file_len: u64,
+        frames_decoded: &mut u64,
+        ahead: Option<&Ahead>,
+    ) -> Result<(), FrameError> {
         // Dense frame headers are read a chunk at a time, sparse ones one
         // by one, with read-ahead hints either way (see ChunkedReader).
         let src = &ChunkedReader::new(src, WALK_CHUNK);
@@ -558,6 +629,11 @@ impl FrameIndex {
         }
         self.torn = false;
         loop {
+            if let Some(ahead) = ahead {
+                if self.adopt(ahead) {
+                    continue;
+                }
+            }
             let failure = match walk_frame(src, self.walked_to, file_len) {
                 Ok(Step::End) => return Ok(()),
                 Ok(Step::Frame(info)) => {
@@ -683,6 +759,113 @@ impl FrameIndex {
         let last = self.table.count_while(|f| f.plain_offset < end);
         first..last
     }
+}
+
+/// A speculative walk of the frames after a candidate frame start found
+/// by searching for the frame magic (which compressed data can hold too),
+/// shared with the authoritative walk from the start of the span. Its
+/// frames are used only from a frame offset the authoritative walk itself
+/// reached: the walk from a given offset of the same bytes and length is
+/// the same whoever makes it, so from there on they are the frames that
+/// walk would find. A frame the speculation cannot take as it is (one
+/// without a content size, to be decoded; a torn or damaged one) ends it,
+/// and the authoritative walk goes on by itself from there.
+struct Ahead {
+    /// Offset of the first frame found (`u64::MAX` until one is).
+    start: AtomicU64,
+    /// Frames (data or skippable) in file order, each with its
+    /// decompressed length, following one another from `start`.
+    found: parking_lot::Mutex<Vec<(FrameInfo, u64)>>,
+    /// Set when the authoritative walk no longer needs them.
+    stop: AtomicBool,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Frames this thread's walks took from a speculative walk.
+    static ADOPTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Frames a speculative walk publishes at once.
+const AHEAD_BATCH: usize = 256;
+/// Candidate starts a speculative walk tries before giving up, and frames
+/// one must walk cleanly to be kept.
+const AHEAD_TRIES: usize = 64;
+const AHEAD_PROOF: usize = 8;
+
+impl Ahead {
+    fn walk<R: ReadAt + ?Sized>(&self, src: &R, from: u64, file_len: u64) {
+        let src = &ChunkedReader::new(src, WALK_CHUNK);
+        let mut candidate = from;
+        for _ in 0..AHEAD_TRIES {
+            let Some(at) = next_magic(src, candidate, file_len, &self.stop) else {
+                return;
+            };
+            let mut batch = Vec::with_capacity(AHEAD_BATCH);
+            let mut pos = at;
+            let mut published = false;
+            loop {
+                if self.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let frame = match walk_frame(src, pos, file_len) {
+                    Ok(Step::Frame(info)) => match info.kind {
+                        FrameKind::Data {
+                            content_size: Some(size),
+                            ..
+                        } => Some((info, size)),
+                        FrameKind::Skippable => Some((info, 0)),
+                        FrameKind::Data { .. } => None,
+                    },
+                    _ => None,
+                };
+                let Some((info, plain_len)) = frame else {
+                    break;
+                };
+                batch.push((info, plain_len));
+                pos = info.offset + info.len;
+                let proven = published || batch.len() >= AHEAD_PROOF;
+                if proven && batch.len() >= AHEAD_BATCH {
+                    self.found.lock().append(&mut batch);
+                    if !published {
+                        self.start.store(at, Ordering::Release);
+                        published = true;
+                    }
+                }
+            }
+            if published || batch.len() >= AHEAD_PROOF {
+                self.found.lock().append(&mut batch);
+                self.start.store(at, Ordering::Release);
+                return;
+            }
+            candidate = at + 1;
+        }
+    }
+}
+
+/// The first offset at or after `from` whose four bytes are the zstd
+/// frame magic: a candidate only, never a frame boundary by itself.
+fn next_magic<R: ReadAt + ?Sized>(
+    src: &R,
+    from: u64,
+    file_len: u64,
+    stop: &AtomicBool,
+) -> Option<u64> {
+    let magic = super::frame::ZSTD_MAGIC.to_le_bytes();
+    let mut buf = vec![0u8; WALK_CHUNK];
+    let mut at = from;
+    while at.checked_add(4)? <= file_len && !stop.load(Ordering::Relaxed) {
+        let want = (file_len - at).min(WALK_CHUNK as u64) as usize;
+        let n = src.read_at(&mut buf[..want], at).ok()?;
+        if n < 4 {
+            return None;
+        }
+        if let Some(i) = buf[..n].windows(4).position(|w| w == magic) {
+            return Some(at + i as u64);
+        }
+        at += (n - 3) as u64;
+    }
+    None
 }
 
 /// The byte lengths of `count` entries and `wides` wide records, when they
@@ -926,6 +1109,145 @@ mod tests {
         assert!(FrameIndex::from_bytes(&b).is_none(), "frame past 2^63");
         // The untouched bytes still load.
         assert!(FrameIndex::from_bytes(&bytes).is_some());
+    }
+
+    /// Files of small, large, skippable (one holding a chain of valid
+    /// frames: a decoy for the magic search), unsized, torn and damaged
+    /// frames.
+    fn walk_cases() -> Vec<(&'static str, Vec<u8>)> {
+        let small = |i: usize| encode_frame(format!("{{\"n\":{i}}}\n").as_bytes()).unwrap();
+        let mut clean = Vec::new();
+        for i in 0..400 {
+            clean.extend(small(i));
+            if i == 150 {
+                let big: Vec<u8> = (0..300_000u32).map(|x| (x * 7 % 251) as u8).collect();
+                let mut big = big;
+                big.push(b'\n');
+                clean.extend(encode_frame(&big).unwrap());
+            }
+            if i % 97 == 0 && i < 200 {
+                // Unsized: decoded once, by the authoritative walk (the
+                // speculation stops at one).
+                clean.extend(zstd::stream::encode_all(&b"{\"u\":1}\n"[..], 3).unwrap());
+            }
+            if i == 250 || i == 260 {
+                // A skippable frame holding valid frames.
+                let inner: Vec<u8> = (0..40).flat_map(small).collect();
+                clean.extend([0x50, 0x2A, 0x4D, 0x18]);
+                clean.extend((inner.len() as u32).to_le_bytes());
+                clean.extend(inner);
+            }
+        }
+        let mut torn = clean.clone();
+        torn.extend(&small(9999)[..10]);
+        let mut damaged = clean[..clean.len() * 3 / 4].to_vec();
+        let cut = damaged.len();
+        damaged.truncate(cut - cut % 7);
+        let mut damaged_mid = clean.clone();
+        let at = damaged_mid.len() * 3 / 4;
+        damaged_mid[at..at + 16].fill(0xEE);
+        vec![
+            ("clean", clean),
+            ("torn tail", torn),
+            ("cut anywhere", damaged),
+            ("damage in the second half", damaged_mid),
+        ]
+    }
+
+    /// A source that is slow for one thread (the authoritative walk's), so
+    /// that the speculation is well ahead of it.
+    struct SlowFor<'a> {
+        data: &'a [u8],
+        slow: std::thread::ThreadId,
+    }
+
+    impl ReadAt for SlowFor<'_> {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            if std::thread::current().id() == self.slow {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.data.read_at(buf, offset)
+        }
+    }
+
+    fn adopted() -> usize {
+        ADOPTED.with(|n| n.get())
+    }
+
+    #[test]
+    fn the_speculative_walk_finds_exactly_the_frames_of_the_plain_walk() {
+        for (what, file) in walk_cases() {
+            let len = file.len() as u64;
+            let (mut plain, mut d1) = (FrameIndex::new(), 0);
+            plain.extend(file.as_slice(), len, &mut d1).unwrap();
+            for from_start in [true, false] {
+                let (mut par, mut d2) = (FrameIndex::new(), 0);
+                if !from_start {
+                    // Extended from a prefix, as a grown file is.
+                    par.extend(&file[..len as usize / 5], len / 5, &mut d2)
+                        .unwrap();
+                }
+                let before = adopted();
+                let src = SlowFor {
+                    data: &file,
+                    slow: std::thread::current().id(),
+                };
+                par.extend_parallel(&src, len, &mut d2, 0).unwrap();
+                if what == "clean" {
+                    assert!(adopted() > before + 50, "{what}: too little adopted");
+                }
+                assert_eq!(par.frames(), plain.frames(), "{what}");
+                assert_eq!(par.walked_to(), plain.walked_to(), "{what}");
+                assert_eq!(par.is_torn(), plain.is_torn(), "{what}");
+                assert_eq!(par.damage(), plain.damage(), "{what}");
+                if from_start {
+                    assert_eq!(d2, d1, "{what}: frames decoded");
+                }
+            }
+            // The clean walk is also the one-read-per-header walk.
+            if what == "clean" {
+                let mut at = 0;
+                let mut expected = Vec::new();
+                while let Ok(Step::Frame(info)) = walk_frame(&file[..], at, len) {
+                    if matches!(info.kind, FrameKind::Data { .. }) {
+                        expected.push(info);
+                    }
+                    at += info.len;
+                }
+                let found: Vec<FrameInfo> = plain.frames().iter().map(|f| f.info).collect();
+                assert_eq!(found, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn a_decoy_chain_at_the_middle_is_never_adopted() {
+        // The middle of the file is inside a skippable frame that holds a
+        // long chain of valid frames: the speculation walks them, the
+        // authoritative walk never lands on them. (Had the chain ended
+        // where the skippable frame does, the frames after it would be
+        // adopted: rightly, the walk from there being the same.)
+        let small = |i: usize| encode_frame(format!("{{\"n\":{i}}}\n").as_bytes()).unwrap();
+        let mut file: Vec<u8> = (0..10).flat_map(small).collect();
+        let mut inner: Vec<u8> = (0..2000).flat_map(small).collect();
+        inner.extend(b"xyz"); // the decoy chain ends in no frame
+        file.extend([0x5F, 0x2A, 0x4D, 0x18]);
+        file.extend((inner.len() as u32).to_le_bytes());
+        file.extend(inner);
+        file.extend((0..10).flat_map(small));
+        let len = file.len() as u64;
+        let (mut plain, mut d) = (FrameIndex::new(), 0);
+        plain.extend(file.as_slice(), len, &mut d).unwrap();
+        let mut par = FrameIndex::new();
+        let src = SlowFor {
+            data: &file,
+            slow: std::thread::current().id(),
+        };
+        par.extend_parallel(&src, len, &mut d, 0).unwrap();
+        assert_eq!(adopted(), 0, "a decoy frame was adopted");
+        assert_eq!(par.frames().len(), 20);
+        assert_eq!(par.frames(), plain.frames());
+        assert_eq!(par.walked_to(), len);
     }
 
     #[test]

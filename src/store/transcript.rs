@@ -518,6 +518,11 @@ impl Transcript {
 /// bounded whatever a frame claims or holds).
 const LARGE_FRAME: u64 = MAX_WHOLE_FRAME;
 
+/// Unwalked spans of at least this many compressed bytes get a speculative
+/// walk of their second half on another thread (the thread costs about
+/// what walking 1 MiB of small frames does).
+const PARALLEL_WALK_SPAN: u64 = 16 << 20;
+
 /// Frames decoded ahead of a sequential reader, at most.
 const READ_AHEAD_FRAMES: usize = 16;
 /// Plaintext decoded ahead of a sequential reader, at most (bytes).
@@ -755,7 +760,9 @@ fn extend_view(
     match view {
         View::Zstd(index) => {
             let mut decoded = 0;
-            let r = index.extend(file, file_len, &mut decoded);
+            // Long spans (a first open of a large transcript) are walked
+            // from both ends of their halves at once (see extend_parallel).
+            let r = index.extend_parallel(file, file_len, &mut decoded, PARALLEL_WALK_SPAN);
             frames_decoded.fetch_add(decoded, Ordering::Relaxed);
             FRAMES_DECODED.fetch_add(decoded, Ordering::Relaxed);
             r.map_err(|e| StoreError::from_frame(path, e))
