@@ -575,9 +575,15 @@ impl FrameIndex {
         };
         let from = self.walked_to + span / 2;
         std::thread::scope(|scope| {
-            scope.spawn(|| ahead.walk(src, from, file_len));
-            let r = self.extend_with(src, file_len, frames_decoded, Some(&ahead));
-            ahead.stop.store(true, Ordering::Relaxed);
+            let spawned = std::thread::Builder::new()
+                .name("walk-ahead".into())
+                .spawn_scoped(scope, || ahead.walk(src, from, file_len));
+            // No thread (a limit reached): the walk alone, as extend().
+            let ahead = spawned.is_ok().then_some(&ahead);
+            let r = self.extend_with(src, file_len, frames_decoded, ahead);
+            if let Some(ahead) = ahead {
+                ahead.stop.store(true, Ordering::Relaxed);
+            }
             r
         })
     }
