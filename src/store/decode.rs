@@ -83,6 +83,22 @@ const POOL_SIZE: usize = 8;
 const POOL_CTX_BYTES: usize = 4 << 20;
 
 /// A decompression context from the pool, or a new one.
+/// Pays a fresh process's one-time costs of reading a transcript before
+/// the first request rather than in it (a mount calls it as it starts):
+/// the CPU feature detection of the first `memchr` (CPUID instructions,
+/// slow under a hypervisor: `perf` found it in the request thread of the
+/// first read of a fresh mount) and one pooled decompression context,
+/// which the first transcript's header decode then takes.
+pub fn warm_up() {
+    let _ = std::hint::black_box(memchr::memchr(b'\n', std::hint::black_box(b"warm\n")));
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    if pool.is_empty() {
+        if let Some(ctx) = DCtx::try_create() {
+            pool.push(ctx);
+        }
+    }
+}
+
 fn take_context() -> io::Result<DCtx<'static>> {
     let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
     match pooled {
