@@ -1,7 +1,8 @@
 //! Measures the cold frame-header walk of one transcript (issue 11): the
 //! frame index built by the store (`FrameIndex::extend`, chunked reads)
 //! against a walk that reads each frame header with its own small read
-//! (the walk before chunking), each after the file's pages are dropped
+//! (the walk before chunking), and against `FrameIndex::extend_parallel`
+//! (the second half walked speculatively on another thread), each after the file's pages are dropped
 //! from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, this file
 //! only). Prints read calls and milliseconds, medians of RUNS.
 //!
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
         calls: Cell::new(0),
     };
     let len = open().file.metadata().expect("stat").len();
-    let (mut chunked, mut single) = (Vec::new(), Vec::new());
+    let (mut chunked, mut single, mut parallel) = (Vec::new(), Vec::new(), Vec::new());
     let (mut chunked_calls, mut single_calls, mut frames) = (0, 0, 0);
     for _ in 0..runs {
         let src = open();
@@ -70,6 +71,22 @@ fn main() -> ExitCode {
         chunked.push(t.elapsed().as_secs_f64() * 1000.0);
         chunked_calls = src.calls.get();
         frames = idx.frames().len();
+
+        let file = open().file;
+        if cold {
+            drop_pages(&file);
+        }
+        let t = Instant::now();
+        let mut idx = FrameIndex::new();
+        let mut decoded = 0;
+        idx.extend_parallel(&file, len, &mut decoded, 0)
+            .expect("walk");
+        parallel.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(
+            idx.frames().len(),
+            frames,
+            "the parallel walk found other frames"
+        );
 
         let src = open();
         if cold {
@@ -88,6 +105,8 @@ fn main() -> ExitCode {
     println!("file\t{path}\t{len} bytes\t{frames} data frames\t{cache} page cache");
     println!("walk with one read per frame header\t{s:.1} ms\t{single_calls} reads");
     println!("walk of the store (chunks when frames are dense, read-ahead hints)\t{c:.1} ms\t{chunked_calls} reads");
+    let p = median(parallel);
+    println!("the same with a speculative walk of the second half (extend_parallel)\t{p:.1} ms");
     println!("ratio\t{:.1}x", s / c.max(1e-9));
     ExitCode::SUCCESS
 }

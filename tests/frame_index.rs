@@ -598,7 +598,7 @@ fn frames_with_and_without_content_size_give_exact_sizes() {
         "each frame without a content size is decoded once to learn it, the others never"
     );
     for (i, c) in cases.iter().enumerate() {
-        let f = &index.frames()[i + 1];
+        let f = &index.frames().get(i + 1).unwrap();
         let (co, po, pl) = built.frames[i + 1];
         assert_eq!(
             (f.info.offset, f.info.len, f.plain_offset, f.plain_len),

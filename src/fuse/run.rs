@@ -232,6 +232,7 @@ pub fn run_mount(
         },
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;
+    crate::store::decode::warm_up();
     if stop.load(Ordering::SeqCst) {
         log::info!("signal received before mounting; exiting");
         return Ok(());

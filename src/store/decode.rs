@@ -83,6 +83,47 @@ const POOL_SIZE: usize = 8;
 const POOL_CTX_BYTES: usize = 4 << 20;
 
 /// A decompression context from the pool, or a new one.
+/// Pays a fresh process's one-time costs of reading a transcript before
+/// the first request rather than in it (a mount calls it as it starts):
+/// the CPU feature detection of the first `memchr` (CPUID instructions,
+/// slow under a hypervisor: `perf` found it in the request thread of the
+/// first read of a fresh mount) and pooled decompression contexts (each
+/// made runs CPUID again), which the first header decode and the first
+/// read then take.
+pub fn warm_up() {
+    let _ = std::hint::black_box(memchr::memchr(b'\n', std::hint::black_box(b"warm\n")));
+    // Two: the header decode of a lookup and a read's decode at once.
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    while pool.len() < 2 {
+        match DCtx::try_create() {
+            Some(ctx) => pool.push(ctx),
+            None => break,
+        }
+    }
+}
+
+/// Runs `f` with a decompression context from the pool (made when the
+/// pool is empty), then gives the context back: the one-shot decodes of
+/// whole frames share the pool with the streaming readers, so a request
+/// thread's first decode does not make a context of its own.
+///
+/// Errors: when no context can be made.
+pub fn with_context<T>(f: impl FnOnce(&mut DCtx<'static>) -> T) -> io::Result<T> {
+    let mut ctx = take_context()?;
+    let out = f(&mut ctx);
+    give_back(ctx);
+    Ok(out)
+}
+
+fn give_back(mut ctx: DCtx<'static>) {
+    if ctx.sizeof() <= POOL_CTX_BYTES && ctx.reset(ResetDirective::SessionOnly).is_ok() {
+        let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < POOL_SIZE {
+            pool.push(ctx);
+        }
+    }
+}
+
 fn take_context() -> io::Result<DCtx<'static>> {
     let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
     match pooled {
@@ -94,14 +135,8 @@ fn take_context() -> io::Result<DCtx<'static>> {
 
 impl<R: ReadAt + ?Sized> Drop for FrameReader<'_, R> {
     fn drop(&mut self) {
-        let Some(mut ctx) = self.ctx.take() else {
-            return;
-        };
-        if ctx.sizeof() <= POOL_CTX_BYTES && ctx.reset(ResetDirective::SessionOnly).is_ok() {
-            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-            if pool.len() < POOL_SIZE {
-                pool.push(ctx);
-            }
+        if let Some(ctx) = self.ctx.take() {
+            give_back(ctx);
         }
     }
 }

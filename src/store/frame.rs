@@ -386,12 +386,6 @@ pub fn walk_frame<R: ReadAt + ?Sized>(
     }))
 }
 
-thread_local! {
-    /// One decompression context per thread, reused across frames.
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        const { RefCell::new(None) };
-}
-
 /// The window size (bytes) the frame whose first bytes are `bytes` needs:
 /// its window descriptor, or its content size for a single-segment frame
 /// (RFC 8878 §3.1.1.1.2). `None` when `bytes` is too short to tell.
@@ -596,19 +590,14 @@ impl FrameCursor {
 }
 
 /// Decodes a frame whose content size is known (and already bounded by
-/// its blocks) with the thread's reusable context.
+/// its blocks) with a pooled context (see [`super::decode::with_context`]).
 fn decode_sized(bytes: &[u8], size: u64) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(size as usize);
-    DECOMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new()?);
-        }
-        match slot.as_mut() {
-            Some(d) => d.decompress_to_buffer(bytes, &mut out).map(|_| ()),
-            None => Err(io::Error::other("no decompression context")),
-        }
-    })?;
+    super::decode::with_context(|ctx| {
+        ctx.decompress(&mut out, bytes)
+            .map(|_| ())
+            .map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code)))
+    })??;
     Ok(out)
 }
 

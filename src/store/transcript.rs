@@ -92,6 +92,9 @@ pub fn frames_decoded_total() -> u64 {
     FRAMES_DECODED.load(Ordering::Relaxed)
 }
 
+// One view per open transcript: the size of the zstd variant (the index's
+// fields, its table on the heap) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum View {
     Zstd(FrameIndex),
     /// Raw mode: the view ends after the last complete line.
@@ -377,15 +380,19 @@ impl Transcript {
             }
         }
         let range = index.frames_for(offset, u64::from(size));
-        let frames: Vec<(usize, IndexedFrame)> =
-            range.clone().map(|i| (i, index.frames()[i])).collect();
-        let ahead: Vec<(usize, IndexedFrame)> = index.frames()[range.end..]
+        let frames: Vec<(usize, IndexedFrame)> = range
+            .clone()
+            .zip(index.frames().from(range.start).iter())
+            .collect();
+        let ahead: Vec<(usize, IndexedFrame)> = index
+            .frames()
+            .from(range.end)
             .iter()
             .take(READ_AHEAD_FRAMES)
             .take_while(|f| f.plain_len <= LARGE_FRAME)
             .scan(0u64, |bytes, f| {
                 *bytes += f.plain_len;
-                (*bytes <= READ_AHEAD_BYTES || *bytes == f.plain_len).then_some(*f)
+                (*bytes <= READ_AHEAD_BYTES || *bytes == f.plain_len).then_some(f)
             })
             .enumerate()
             .map(|(i, f)| (range.end + i, f))
@@ -510,6 +517,11 @@ impl Transcript {
 /// into memory: a read decodes through the part it wants (memory stays
 /// bounded whatever a frame claims or holds).
 const LARGE_FRAME: u64 = MAX_WHOLE_FRAME;
+
+/// Unwalked spans of at least this many compressed bytes get a speculative
+/// walk of their second half on another thread (the thread costs about
+/// what walking 1 MiB of small frames does).
+const PARALLEL_WALK_SPAN: u64 = 16 << 20;
 
 /// Frames decoded ahead of a sequential reader, at most.
 const READ_AHEAD_FRAMES: usize = 16;
@@ -748,7 +760,9 @@ fn extend_view(
     match view {
         View::Zstd(index) => {
             let mut decoded = 0;
-            let r = index.extend(file, file_len, &mut decoded);
+            // Long spans (a first open of a large transcript) are walked
+            // from both ends of their halves at once (see extend_parallel).
+            let r = index.extend_parallel(file, file_len, &mut decoded, PARALLEL_WALK_SPAN);
             frames_decoded.fetch_add(decoded, Ordering::Relaxed);
             FRAMES_DECODED.fetch_add(decoded, Ordering::Relaxed);
             r.map_err(|e| StoreError::from_frame(path, e))
