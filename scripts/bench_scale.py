@@ -7,7 +7,8 @@
   S2  `ls -l` of a 10,000-session project through the mount against native
       `ls -l` of the backing directory;
   S3  `find MNT -name session.jsonl | wc -l` over a 500 x 40 root (views
-      included) against native `find` over the backing root;
+      included) against native `find` over the backing root, also with
+      opendir answered (SESSIONFS_NO_OPENDIR=0);
   S4  `ls -l MNT/.by-id` of 10,000 sessions against `ls -l` of the
       10,000-session project through the mount;
   S5  the daemon's peak RSS after walking (stat of) every entry of the
@@ -168,12 +169,17 @@ def main():
             f"{by_id / through:.2f}x (goal <= 3x)"
         )
 
-    # S3: find over the whole root, views included.
+    # S3: find over the whole root, views included; readdirplus on and
+    # off, and (with it on) opendir declined (the default of a mount only
+    # its owner reaches) and answered (SESSIONFS_NO_OPENDIR=0).
     native = listing_median(f"find {wide} -name session.jsonl.zstd | wc -l", wait=0)
-    for plus in PLUS:
-        with Mount(wide, env={"SESSIONFS_READDIRPLUS": plus}) as m:
+    settings = [(plus, "1") for plus in PLUS] + [("1", "0")] * ("1" in PLUS)
+    for plus, no_opendir in settings:
+        env = {"SESSIONFS_READDIRPLUS": plus, "SESSIONFS_NO_OPENDIR": no_opendir}
+        with Mount(wide, env=env) as m:
             through = listing_median(f"find {m.mnt} -name session.jsonl | wc -l")
         name = "with readdirplus" if plus == "1" else "without readdirplus"
+        name += ", opendir declined" if no_opendir == "1" else ", opendir answered"
         print(
             f"S3 find over 500 x 40 sessions {name}: mount {ms(through)}, native {ms(native)}: "
             f"{through / native:.2f}x (goal <= 5x)"

@@ -161,3 +161,79 @@ fn entries_a_listing_hands_the_kernel_are_released_when_it_forgets_them() {
     );
     mount.stop();
 }
+
+/// Lines of `ls -l DIR` after its header, or what it says.
+fn ls_l(dir: &Path) -> Vec<String> {
+    let out = run_ok(
+        "ls",
+        ["-l".as_ref(), "--time-style=+%s".as_ref(), dir.as_os_str()],
+        None,
+    );
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn an_owner_only_mount_declines_opendir_and_still_lists_fresh_with_attributes() {
+    let root = root_with_sessions();
+    let ttl = Duration::from_millis(300);
+    let mount = Mount::start(root.path(), &["--attr-timeout", "300ms"]);
+    let found = run_ok("find", [mount.path().as_os_str()], None);
+    assert!(String::from_utf8_lossy(&found).lines().count() > SESSIONS);
+    // The kernel sent no opendir (declined once: FUSE_NO_OPENDIR_SUPPORT)
+    // and so no releasedir, for 300 session directories and the views.
+    assert!(requests(&mount, "opendir") <= 1, "{}", mount.status());
+    assert_eq!(requests(&mount, "releasedir"), 0, "{}", mount.status());
+    assert_eq!(ls_l(&mount.join(PROJECT)).len(), SESSIONS);
+    // Once the attribute timeout has passed, a second `ls -l` is not
+    // served from a cached listing without attributes (a lookup per
+    // session): the listing was dropped from the kernel's cache when its
+    // pass ended, and is read again with attributes.
+    let deadline = Instant::now() + ttl * 2;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (lookups, plus) = (requests(&mount, "lookup"), requests(&mount, "readdirplus"));
+    assert_eq!(ls_l(&mount.join(PROJECT)).len(), SESSIONS);
+    let sent = requests(&mount, "lookup") - lookups;
+    assert!(sent < 10, "the second ls -l sent {sent} lookups");
+    assert!(requests(&mount, "readdirplus") > plus, "listed again");
+    // A session created on disk shows in the project's listing and in
+    // `.by-id` within the attribute timeout (plus the catalog's own
+    // freshness interval), though the kernel caches listings.
+    let new = root.path().join(PROJECT).join("s-new");
+    fs::create_dir(&new).unwrap();
+    fs::copy(
+        root.path().join(PROJECT).join("s000/session.jsonl.zstd"),
+        new.join("session.jsonl.zstd"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let shown = |dir: &Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .any(|e| e.unwrap().file_name() == "s-new")
+    };
+    while !(shown(&mount.join(PROJECT)) && shown(&mount.join(".by-id")))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(shown(&mount.join(PROJECT)), "new session not listed");
+    assert!(shown(&mount.join(".by-id")), "new session not in .by-id");
+    mount.stop();
+}
+
+#[test]
+fn a_mount_other_users_reach_answers_opendir() {
+    let root = root_with_sessions();
+    let mount = Mount::start(root.path(), &["--allow-other"]);
+    assert_eq!(ls_l(&mount.join(PROJECT)).len(), SESSIONS);
+    // Its per-user views must stay out of the cache the users share.
+    assert!(requests(&mount, "opendir") >= 1, "{}", mount.status());
+    mount.stop();
+}

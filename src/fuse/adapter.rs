@@ -30,11 +30,18 @@ pub struct Adapter {
     status: Option<Arc<StatusFile>>,
     /// Whether the kernel sends readdirplus (set by init).
     plus: bool,
+    /// Whether opendir is declined (set by init), so that the kernel
+    /// sends neither opendir nor releasedir and caches every listing.
+    no_opendir: bool,
 }
 
 /// The environment variable that turns readdirplus off when `0` (for
 /// benchmarks: scripts/bench_scale.py compares both).
 pub const READDIRPLUS_ENV: &str = "SESSIONFS_READDIRPLUS";
+
+/// The environment variable that keeps opendir answered when `0` (for
+/// benchmarks: scripts/bench_scale.py compares both).
+pub const NO_OPENDIR_ENV: &str = "SESSIONFS_NO_OPENDIR";
 
 impl Adapter {
     /// An adapter serving `core` with the given attribute timeout.
@@ -44,6 +51,7 @@ impl Adapter {
             ttl,
             status: None,
             plus: false,
+            no_opendir: false,
         }
     }
 
@@ -205,15 +213,35 @@ impl Adapter {
     }
 }
 
+impl Adapter {
+    /// A listing pass of directory `ino` ended (its reply was empty).
+    fn ended(&self, caller: &Caller, ino: u64) {
+        self.core
+            .listing_ended(caller, ino, self.no_opendir, self.plus);
+    }
+}
+
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Cached pages are dropped when the size or mtime changes; a
         // committed prefix never changes, so pages stay valid otherwise.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // Opendir is answered (not skipped with FUSE_NO_OPENDIR_SUPPORT):
-        // its reply tells the kernel which listings it may cache, and a
-        // per-user view's must not be cached (see opendir).
+        // Opendir is declined (FUSE_NO_OPENDIR_SUPPORT) when only the
+        // owner can reach the mount: the kernel then sends no opendir and
+        // no releasedir (`find` sent both for every session directory) and
+        // caches every listing, validated by the directory's mtime; the
+        // listings it must not keep (views, and those readdirplus fills
+        // with attributes) are dropped from its cache when their pass
+        // ends (see `ended`). With other users, opendir is answered: its
+        // reply keeps a per-user view's listing out of the cache the users
+        // share.
+        if self.core.is_single_caller() && std::env::var_os(NO_OPENDIR_ENV).is_none_or(|v| v != "0")
+        {
+            self.no_opendir = config
+                .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+                .is_ok();
+        }
         // The kernel keeps link targets in its page cache: a file manager
         // listing `.by-id` reads each link once, not once per stat.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
@@ -362,6 +390,12 @@ impl Filesystem for Adapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            // With FUSE_NO_OPENDIR_SUPPORT, ENOSYS is success and stops
+            // further opendir and releasedir requests (see init).
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         // Readdir keeps no state per open directory: the handle is 0. The
         // kernel may cache a listing (and keep it across opens) unless the
         // core says it changes without the directory's mtime or differs
@@ -392,19 +426,24 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let caller = caller_of(req);
         let r = call(
             "readdir",
             || format!("inode {}", ino.0),
-            || self.core.readdir_as(&caller_of(req), ino.0, offset),
+            || self.core.readdir_as(&caller, ino.0, offset),
         );
         match r {
             Ok(entries) => {
-                for (cookie, e) in after(&entries, offset) {
+                let rest = after(&entries, offset);
+                for (cookie, e) in rest {
                     if reply.add(INodeNo(e.ino), *cookie, file_type(e.kind), &e.name) {
                         break;
                     }
                 }
                 reply.ok();
+                if rest.is_empty() {
+                    self.ended(&caller, ino.0);
+                }
             }
             Err(e) => reply.error(e),
         }
@@ -423,13 +462,16 @@ impl Filesystem for Adapter {
         // `ListedAttrs` sends without attributes (node 0, with the entry's
         // own number as d_ino: the vendored fuser's patch).
         let caller = caller_of(req);
+        let mut ended = false;
         let r = call(
             "readdirplus",
             || format!("inode {}", ino.0),
             || {
                 let entries = self.core.readdir_as(&caller, ino.0, offset)?;
                 let attrs = self.core.listed_attrs(&caller, ino.0);
-                for (cookie, e) in after(&entries, offset) {
+                let rest = after(&entries, offset);
+                ended = rest.is_empty();
+                for (cookie, e) in rest {
                     let listed = attrs.get(&self.core, &e.name, e.kind);
                     let full = match &listed {
                         Some(attr) => reply.add(
@@ -466,7 +508,12 @@ impl Filesystem for Adapter {
             },
         );
         match r {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                reply.ok();
+                if ended {
+                    self.ended(&caller, ino.0);
+                }
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -52,6 +52,16 @@ fn is_probe_name(name: &OsStr) -> bool {
 /// A directory listing in cookie order: `(cookie, entry)` pairs.
 pub type Listing = Arc<Vec<(u64, DirEntry)>>;
 
+/// What the kernel is told to drop, by the thread that owns its notifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidation {
+    /// A file's attributes (after a commit changed its size).
+    Attrs(u64),
+    /// A directory's attributes and cached listing (after a listing pass
+    /// the kernel must not keep).
+    Listing(u64),
+}
+
 /// A released writer that held at least this many pending bytes gives
 /// freed heap memory back to the kernel at once.
 const RETURN_MEMORY_AT: u64 = 1 << 20;
@@ -170,7 +180,7 @@ pub struct SessionFs {
     pub(super) batch_window: Duration,
     /// Inodes whose attributes the kernel must drop (sent by a thread
     /// outside the request handlers: MOUNT.md, Details).
-    pub(super) invalidate: Mutex<Option<Sender<u64>>>,
+    pub(super) invalidate: Mutex<Option<Sender<Invalidation>>>,
     /// The latest listing of each recently read directory, reused by the
     /// continuation calls of one readdir pass.
     /// Keyed by inode and, for per-user views, the caller's view key.
@@ -302,13 +312,37 @@ impl SessionFs {
     /// file is answered makes it discard that answer, so a reader on a
     /// mount whose transcript keeps growing elsewhere would be given the
     /// old size again and again.
-    pub fn set_invalidation_channel(&self, tx: Sender<u64>) {
+    pub fn set_invalidation_channel(&self, tx: Sender<Invalidation>) {
         *self.invalidate.lock() = Some(tx);
     }
 
     pub(super) fn invalidate_attrs(&self, ino: u64) {
+        self.send_invalidation(Invalidation::Attrs(ino));
+    }
+
+    fn send_invalidation(&self, what: Invalidation) {
         if let Some(tx) = self.invalidate.lock().as_ref() {
-            let _ = tx.send(ino);
+            let _ = tx.send(what);
+        }
+    }
+
+    /// Whether only the mount's owner can reach it (no per-user views).
+    pub fn is_single_caller(&self) -> bool {
+        self.single_caller
+    }
+
+    /// A listing pass of directory `ino` for `caller` reached its end (a
+    /// readdir with nothing left after its offset): the listing kept for
+    /// its continuation calls goes, and when the kernel caches every
+    /// listing (`kernel_caches_all`: opendir declined, see the adapter's
+    /// `init`) one it must not keep ([`SessionFs::opendir_listing`] says
+    /// which, for `plus`) is dropped from its cache, with the directory's
+    /// attributes, so that the next pass asks again.
+    pub fn listing_ended(&self, caller: &Caller, ino: u64, kernel_caches_all: bool, plus: bool) {
+        let key = (ino, self.listing_key(caller, ino));
+        self.listings.lock().pop(&key);
+        if kernel_caches_all && self.opendir_listing(ino, plus).unwrap_or(true) {
+            self.send_invalidation(Invalidation::Listing(ino));
         }
     }
 
@@ -945,14 +979,7 @@ impl SessionFs {
     /// [`SessionFs::visible_to`] the caller, and its listings are kept per
     /// caller.
     pub fn readdir_as(&self, caller: &Caller, ino: u64, offset: u64) -> FsResult<Listing> {
-        let key = (
-            ino,
-            if self.is_per_user(ino) {
-                caller.view_key()
-            } else {
-                0
-            },
-        );
+        let key = (ino, self.listing_key(caller, ino));
         if offset != 0 {
             if let Some(listing) = self.listings.lock().get(&key) {
                 return Ok(Arc::clone(listing));
@@ -967,6 +994,16 @@ impl SessionFs {
         let listing = Arc::new(entries);
         self.listings.lock().put(key, Arc::clone(&listing));
         Ok(listing)
+    }
+
+    /// The second half of a listing's key: the caller's view key in a
+    /// per-user view, else 0.
+    fn listing_key(&self, caller: &Caller, ino: u64) -> u64 {
+        if self.is_per_user(ino) {
+            caller.view_key()
+        } else {
+            0
+        }
     }
 
     /// Every entry of a directory, `.` and `..` included, in no order.

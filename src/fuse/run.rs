@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use fuser::{Config, MountOption, SessionACL};
 
 use super::adapter::Adapter;
-use super::fs::SessionFs;
+use super::fs::{Invalidation, SessionFs};
 use super::mount_table::{self, MountEntry};
 use super::preflight;
 use super::status::{StatusFile, StatusInfo};
@@ -255,7 +255,7 @@ pub fn run_mount(
     // views' snapshot (see `warm_views`).
     let warm = Arc::clone(&core);
     spawn_named("sessionfs-views", move || warm.warm_views())?;
-    let (invalidations, invalidated) = std::sync::mpsc::channel::<u64>();
+    let (invalidations, invalidated) = std::sync::mpsc::channel::<Invalidation>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();
     settings.insert("ro".into(), read_only.into());
@@ -333,8 +333,13 @@ pub fn run_mount(
     // request handler (MOUNT.md, Details; FUSE-NOTES §3).
     let notifier = session.notifier();
     spawn_named("sessionfs-notify", move || {
-        for ino in invalidated {
-            let _ = notifier.inval_inode(fuser::INodeNo(ino), -1, 0);
+        for what in invalidated {
+            // Offset -1: attributes only; 0 with length 0: the cached
+            // pages too, which hold a directory's cached listing.
+            let _ = match what {
+                Invalidation::Attrs(ino) => notifier.inval_inode(fuser::INodeNo(ino), -1, 0),
+                Invalidation::Listing(ino) => notifier.inval_inode(fuser::INodeNo(ino), 0, 0),
+            };
         }
     })?;
     let background = session
