@@ -124,14 +124,18 @@ pub fn save(dir: &Path, ident: FileIdent, index: &FrameIndex) {
     let result = (|| -> std::io::Result<()> {
         fs::create_dir_all(dir)?;
         let target = index_path(dir, ident);
-        let tmp = target.with_extension(format!("tmp{}", std::process::id()));
-        let mut f = File::create(&tmp)?;
+        // A temporary file of its own (two threads or mounts may save
+        // the same index at once), renamed over the target.
+        let mut f = tempfile::Builder::new()
+            .prefix(".idx-")
+            .suffix(".tmp")
+            .tempfile_in(dir)?;
         f.write_all(MAGIC)?;
         f.write_all(&ident.dev.to_le_bytes())?;
         f.write_all(&ident.ino.to_le_bytes())?;
         f.write_all(&table)?;
-        drop(f);
-        fs::rename(&tmp, &target)
+        f.persist(&target).map_err(|e| e.error)?;
+        Ok(())
     })();
     if let Err(e) = result {
         log::debug!(
