@@ -199,3 +199,97 @@ fn inodes_the_kernel_forgets_leave_the_table() {
     );
     mount.stop();
 }
+
+/// The tester's atomic-replace sequence: `ln a b; mv tmp b` replaces one
+/// name of a hard-linked file. The other name still reads, appends to,
+/// changes the mode of and truncates its own file, not the replacement
+/// (it once answered with the replacement's bytes and wrote into it).
+#[test]
+fn a_hard_link_whose_other_name_is_replaced_keeps_its_own_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(root.as_path(), &[]);
+    let dir = mount.join(SESSION);
+    let backing = root.join(SESSION);
+    fs::write(dir.join("a"), b"AAAA\n").unwrap();
+    fs::hard_link(dir.join("a"), dir.join("b")).unwrap();
+    fs::write(dir.join("tmp"), b"REPLACEMENT\n").unwrap();
+    fs::rename(dir.join("tmp"), dir.join("b")).unwrap();
+    assert_eq!(fs::read(dir.join("a")).unwrap(), b"AAAA\n");
+    assert_eq!(fs::read(dir.join("b")).unwrap(), b"REPLACEMENT\n");
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("a"))
+        .unwrap();
+    f.write_all(b"appended\n").unwrap();
+    drop(f);
+    fs::set_permissions(dir.join("a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::read(backing.join("a")).unwrap(), b"AAAA\nappended\n");
+    assert_eq!(fs::read(backing.join("b")).unwrap(), b"REPLACEMENT\n");
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
+    assert_eq!(mode(&backing.join("a")), 0o600);
+    assert_ne!(mode(&backing.join("b")), 0o600, "b's mode unchanged");
+    // A symbolic link or FIFO moved over a name of a hard-linked file:
+    // the other name still reads its file (it gave EIO).
+    fs::write(dir.join("c1"), b"orig\n").unwrap();
+    fs::hard_link(dir.join("c1"), dir.join("c2")).unwrap();
+    std::os::unix::fs::symlink("nowhere", dir.join("s")).unwrap();
+    fs::rename(dir.join("s"), dir.join("c2")).unwrap();
+    assert_eq!(fs::read(dir.join("c1")).unwrap(), b"orig\n");
+    assert_eq!(fs::read_link(dir.join("c2")).unwrap(), Path::new("nowhere"));
+    mount.stop();
+}
+
+/// A folder renamed on the backing side and replaced by another of the
+/// same name: a descriptor (or working directory) open in the old one
+/// never lists, creates in or removes from the new one (it did, for the
+/// attribute timeout); it fails instead, as the mount reaches files by
+/// name (README).
+#[test]
+fn a_folder_replaced_outside_the_mount_is_not_acted_on_through_an_old_descriptor() {
+    use std::os::fd::AsRawFd;
+    let (_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(root.as_path(), &["--attr-timeout", "0.2"]);
+    let backing = root.join(SESSION);
+    fs::create_dir_all(mount.join(SESSION).join("work/src")).unwrap();
+    fs::write(mount.join(SESSION).join("work/src/keep.txt"), b"keep\n").unwrap();
+    let dir = fs::File::open(mount.join(SESSION).join("work/src")).unwrap();
+    fs::rename(backing.join("work"), backing.join("work-old")).unwrap();
+    fs::create_dir_all(backing.join("work/src")).unwrap();
+    fs::write(backing.join("work/src/other.txt"), b"other\n").unwrap();
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let name = std::ffi::CString::new("created.txt").unwrap();
+    // SAFETY: a valid descriptor and NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        )
+    };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    if fd >= 0 {
+        // SAFETY: the descriptor just opened.
+        unsafe { libc::close(fd) };
+    }
+    assert!(fd < 0, "create through the old descriptor succeeded");
+    assert!(
+        matches!(err, Some(libc::ESTALE) | Some(libc::ENOENT)),
+        "{err:?}"
+    );
+    assert!(!backing.join("work/src/created.txt").exists());
+    assert_eq!(
+        fs::read(backing.join("work/src/other.txt")).unwrap(),
+        b"other\n"
+    );
+    assert_eq!(
+        fs::read(backing.join("work-old/src/keep.txt")).unwrap(),
+        b"keep\n"
+    );
+    drop(dir);
+    mount.stop();
+}

@@ -61,6 +61,10 @@ pub enum FsError {
     /// Extended attributes: none are kept; ENOSYS also tells the kernel
     /// not to ask again. errno: ENOSYS.
     NoXattrs,
+    /// A passed-through inode whose recorded name now names another file
+    /// or none (renamed or replaced outside this mount): the request is
+    /// not carried out on whatever is there now. errno: ESTALE.
+    Stale,
     /// A handler panicked (a bug); the adapter's wrapper caught it and the
     /// mount goes on. errno: EIO.
     Internal,
@@ -90,6 +94,7 @@ impl FsError {
             FsError::ReadOnlyStatus => libc::EROFS,
             FsError::NoIoctl => libc::ENOTTY,
             FsError::NoXattrs => libc::ENOSYS,
+            FsError::Stale => libc::ESTALE,
             FsError::Internal => libc::EIO,
             FsError::Earlier(e) => e.errno(),
         }
@@ -148,6 +153,7 @@ mod tests {
             (FsError::PendingBudget, libc::ENOSPC),
             (FsError::NoIoctl, libc::ENOTTY),
             (FsError::NoXattrs, libc::ENOSYS),
+            (FsError::Stale, libc::ESTALE),
             (FsError::Internal, libc::EIO),
             (FsError::Io(io()), libc::ENOSPC),
             (FsError::Io(std::io::Error::other("no code")), libc::EIO),

@@ -364,7 +364,57 @@ impl SessionFs {
     }
 
     pub(super) fn node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
+        let (path, node) = self.inodes.node(ino).ok_or(FsError::NoEntry)?;
+        let Node::Passthrough { rel } = &node else {
+            return Ok((path, node));
+        };
+        if self.names_file_of(rel, ino) {
+            return Ok((path, node));
+        }
+        // Its recorded name now names another file, or none: another
+        // name of it (a hard link) that still names it answers instead;
+        // else nothing is done by that name (ext4 would act on the file
+        // itself; this mount reaches files by name).
+        for (parent, name, other) in self.inodes.other_names(ino) {
+            if self.names_file_of(&other, ino) {
+                self.inodes.answer_at(ino, parent, &name);
+                return Ok((other.clone(), Node::Passthrough { rel: other }));
+            }
+        }
+        Err(FsError::Stale)
+    }
+
+    /// [`SessionFs::node`], or for a passed-through file whose name no
+    /// longer names it, the recorded node while a descriptor of it is held
+    /// (handle `fh`'s, the latest open's, or the one kept at its unlink):
+    /// `fchmod`, `ftruncate` and `fallocate` of an open file go on.
+    pub(super) fn node_or_held(&self, ino: u64, fh: Option<u64>) -> FsResult<(PathBuf, Node)> {
+        match self.node(ino) {
+            Err(FsError::Stale)
+                if self.passthrough_file(ino, fh).is_some()
+                    || self.inodes.detached(ino).is_some() =>
+            {
+                self.recorded_node(ino)
+            }
+            other => other,
+        }
+    }
+
+    /// The node of `ino` as the table records it, without checking that a
+    /// passed-through entry's name still names its file (getattr, whose
+    /// answer may come from a held descriptor).
+    pub(super) fn recorded_node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
         self.inodes.node(ino).ok_or(FsError::NoEntry)
+    }
+
+    /// Whether the passed-through entry `rel` names the file numbered
+    /// `ino` (one `lstat`).
+    fn names_file_of(&self, rel: &Path, ino: u64) -> bool {
+        let Ok(meta) = lstat(&self.store.backing_path(rel)) else {
+            return false;
+        };
+        let derived = self.inodes.derived(ino).unwrap_or(ino);
+        super::inode::backing_ino(derived, meta.dev(), meta.ino(), self.root_dev) == ino
     }
 
     pub(super) fn add_handle(&self, handle: Handle) -> u64 {
@@ -415,7 +465,7 @@ impl SessionFs {
     ///
     /// Errors: ENOENT for an unknown inode.
     pub fn opendir_listing(&self, ino: u64, plus: bool) -> FsResult<bool> {
-        Ok(match self.node(ino)?.1 {
+        Ok(match self.recorded_node(ino)?.1 {
             Node::ById | Node::ViewDir { .. } => true,
             Node::Root | Node::Project { .. } => plus,
             _ => false,
@@ -637,8 +687,18 @@ impl SessionFs {
     /// mount's handles on it (MOUNT.md, Attributes); getattr by path and
     /// fstat both come here.
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
-        let (_, node) = self.node(ino)?;
+        let node = match self.node(ino) {
+            Ok((_, node)) => node,
+            // Answered from a held descriptor, if any (see attr).
+            Err(FsError::Stale) => self.recorded_node(ino)?.1,
+            Err(e) => return Err(e),
+        };
         self.attr(ino, &node)
+    }
+
+    /// Attributes of `node`, numbered `ino`, before the table holds it.
+    pub(super) fn getattr_of(&self, ino: u64, node: &Node) -> FsResult<Attr> {
+        self.attr(ino, node)
     }
 
     /// The open file behind a passed-through inode: handle `fh`'s
@@ -743,7 +803,9 @@ impl SessionFs {
                     {
                         Ok(attr_of(ino, &meta))
                     }
-                    Ok(meta) => Ok(attr_of(ino, &held().unwrap_or(meta))),
+                    // Another file at its name: never that file's
+                    // attributes.
+                    Ok(_) => held().map(|meta| attr_of(ino, &meta)).ok_or(FsError::Stale),
                     Err(e) => held().map(|meta| attr_of(ino, &meta)).ok_or(e),
                 }
             }
@@ -1146,7 +1208,7 @@ impl SessionFs {
     ///
     /// Errors: ENOENT for an unknown inode, else ENOTTY.
     pub fn ioctl(&self, ino: u64) -> FsResult<()> {
-        self.node(ino)?;
+        self.recorded_node(ino)?;
         Err(FsError::NoIoctl)
     }
 

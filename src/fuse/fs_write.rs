@@ -87,31 +87,42 @@ impl SessionFs {
                     },
                     super::inode::child_ino(parent, name),
                 );
+                // The kernel holds the entry only if the create succeeds.
+                let forget = |e: FsError| {
+                    self.inodes.forget(ino, 1);
+                    e
+                };
                 let exists = !matches!(
                     self.store.transcript(&project, &session),
                     Err(StoreError::NotFound { .. })
                 );
                 if exists && flags & libc::O_EXCL != 0 {
-                    return Err(FsError::Exists);
+                    return Err(forget(FsError::Exists));
                 }
-                if exists && flags & libc::O_TRUNC != 0 && self.getattr(ino)?.size > 0 {
-                    return Err(eperm(format!(
+                if exists
+                    && flags & libc::O_TRUNC != 0
+                    && self.getattr(ino).map_err(forget)?.size > 0
+                {
+                    return Err(forget(eperm(format!(
                         "create of {} with O_TRUNC refused: transcripts are append-only; \
                          use >> (O_APPEND) to add lines",
                         parent_path.join(name).display()
-                    )));
+                    ))));
                 }
                 let append = flags & libc::O_APPEND != 0;
-                let writer = Arc::new(Writer::open(
-                    &self.store,
-                    ino,
-                    project,
-                    session,
-                    append,
-                    Arc::clone(&self.budget),
-                )?);
+                let writer = Arc::new(
+                    Writer::open(
+                        &self.store,
+                        ino,
+                        project,
+                        session,
+                        append,
+                        Arc::clone(&self.budget),
+                    )
+                    .map_err(&forget)?,
+                );
                 let fh = self.add_handle(Handle::Writer(writer));
-                let attr = self.getattr(ino)?;
+                let attr = self.getattr(ino).map_err(forget)?;
                 Ok((attr, fh, true))
             }
             Node::Session { .. } | Node::Passthrough { .. } => {
@@ -136,9 +147,10 @@ impl SessionFs {
                     rel: child_path.clone(),
                 };
                 let ino = self.ino_of(parent, &child_path, &node)?;
+                let attr = self.getattr_of(ino, &node)?;
                 self.inodes.looked_up(parent, &child_path, &node, ino);
                 let fh = self.add_handle(Handle::File(Arc::new(file)));
-                Ok((self.getattr(ino)?, fh, false))
+                Ok((attr, fh, false))
             }
             Node::Project { .. } if is_flat_artifact_name(name) => Err(eperm(format!(
                 "create of {} refused: that is the retired flat layout; create \
@@ -382,6 +394,7 @@ impl SessionFs {
         let ino = super::inode::child_ino(parent, name);
         self.inodes.looked_up(parent, &child_path, &node, ino);
         self.getattr(ino)
+            .inspect_err(|_| self.inodes.forget(ino, 1))
     }
 
     /// `unlink`: transcripts and flat artifacts are never removed (EPERM);
@@ -450,10 +463,12 @@ impl SessionFs {
     /// and session directories never do (EPERM), so no session becomes
     /// misplaced and nothing committed is replaced.
     ///
-    /// `flags` are `renameat2(2)`'s: RENAME_EXCHANGE and RENAME_NOREPLACE
-    /// are not passed through.
+    /// `flags` are `renameat2(2)`'s: RENAME_NOREPLACE is passed through
+    /// (the backing file system decides EEXIST atomically);
+    /// RENAME_EXCHANGE is not.
     ///
-    /// Errors: EINVAL for any flag; EPERM; the backing `rename(2)` error.
+    /// Errors: EINVAL for any other flag; EPERM; the backing `rename(2)`
+    /// or `renameat2(2)` error (EEXIST with RENAME_NOREPLACE).
     pub fn rename(
         &self,
         parent: u64,
@@ -464,10 +479,12 @@ impl SessionFs {
     ) -> FsResult<()> {
         let (from_dir, from_node) = self.node(parent)?;
         let (to_dir, to_node) = self.node(new_parent)?;
-        if flags != 0 {
-            log::warn!(
-                "rename of {} with flags {flags:#x} refused: RENAME_EXCHANGE and \
-                 RENAME_NOREPLACE are not passed through; use a plain rename",
+        if flags & !libc::RENAME_NOREPLACE != 0 {
+            // RENAME_EXCHANGE, RENAME_WHITEOUT: callers fall back to a
+            // plain rename (mv -n does), so this is not worth a warning.
+            log::debug!(
+                "rename of {} with flags {flags:#x} refused: only RENAME_NOREPLACE is \
+                 passed through",
                 from_dir.join(name).display()
             );
             return Err(FsError::Invalid);
@@ -490,7 +507,7 @@ impl SessionFs {
         self.materialize_dirs(&to_dir)?;
         let from = self.store.backing_path(&from_dir.join(name));
         let to = self.store.backing_path(&to_dir.join(new_name));
-        std::fs::rename(&from, &to).map_err(|e| io_errno(&from, "rename", e))?;
+        rename_with(&from, &to, flags).map_err(|e| io_errno(&from, "rename", e))?;
         // The inode moves with the file: the new name answers at once, and
         // an open descriptor keeps naming the renamed file.
         self.inodes.rename(parent, name, new_parent, new_name);
@@ -614,7 +631,7 @@ impl SessionFs {
         mtime: Option<SystemTime>,
         atime: Option<SystemTime>,
     ) -> FsResult<Attr> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.node_or_held(ino, fh)?;
         if owner.0.is_some() || owner.1.is_some() {
             return Err(eperm(format!(
                 "chown of {} refused: ownership stays with the backing files; change it \
@@ -710,7 +727,7 @@ impl SessionFs {
         length: u64,
         mode: i32,
     ) -> FsResult<()> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.node_or_held(ino, Some(fh))?;
         if let Node::Transcript { .. } = node {
             let size = self.getattr(ino)?.size;
             let end = offset.saturating_add(length);
@@ -770,4 +787,32 @@ fn set_times(
         times = times.set_accessed(t);
     }
     f.set_times(times).map_err(|e| io_errno(p, "utimes", e))
+}
+
+/// `rename(2)`, or `renameat2(2)` with `flags` (RENAME_NOREPLACE: EEXIST
+/// when `to` exists, decided atomically by the backing file system).
+fn rename_with(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    if flags == 0 {
+        return std::fs::rename(from, to);
+    }
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two valid NUL-terminated paths, relative to no descriptor.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }

@@ -417,6 +417,48 @@ impl Tables {
         }
     }
 
+    /// Name `name` of `parent` stops naming `ino` (removed, or replaced by
+    /// a rename): an inode with another name (a hard link) answers there;
+    /// one with none is gone, its path kept where it was, and keeps
+    /// `detached` if given.
+    fn drop_name(&mut self, ino: u64, parent: u64, name: &[u8], detached: Option<std::fs::File>) {
+        let key = (parent, Box::<[u8]>::from(name));
+        if self.named.get(&key) == Some(&ino) {
+            self.named.remove(&key);
+        }
+        let Some(e) = self.entries.get(&ino) else {
+            return;
+        };
+        if e.parent != parent || e.name() != name {
+            return; // it answers at its other, current name
+        }
+        match e.linked.then(|| self.other_name(ino, &key)).flatten() {
+            Some((p, n)) => self.place(ino, p, &n, &[]),
+            None => {
+                if let Some(e) = self.entries.get_mut(&ino) {
+                    e.gone = true;
+                }
+                if let Some(f) = detached {
+                    self.detached.insert(ino, Arc::new(f));
+                }
+            }
+        }
+    }
+
+    /// The names `named` holds for `ino` besides its current one (hard
+    /// links), as `(parent, name)`.
+    fn other_names(&self, ino: u64) -> Vec<(u64, Box<[u8]>)> {
+        let Some(e) = self.entries.get(&ino).filter(|e| e.linked) else {
+            return Vec::new();
+        };
+        let current = (e.parent, Box::<[u8]>::from(e.name()));
+        self.named
+            .iter()
+            .filter(|(k, &i)| i == ino && **k != current)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Another name of `ino` than `except`, from `named`.
     fn other_name(&self, ino: u64, except: &(u64, Box<[u8]>)) -> Option<(u64, Box<[u8]>)> {
         self.named
@@ -575,10 +617,7 @@ impl InodeTable {
             return; // two names of one file: rename(2) does nothing
         }
         if let Some(old) = replaced {
-            t.named.remove(&(new_parent, Box::from(new_name)));
-            if let Some(e) = t.entries.get_mut(&old) {
-                e.gone = true;
-            }
+            t.drop_name(old, new_parent, new_name, None);
         }
         t.named.remove(&(parent, Box::from(name)));
         if ino != child_ino(new_parent, OsStr::from_bytes(new_name)) {
@@ -602,25 +641,26 @@ impl InodeTable {
         let Some(ino) = t.at(parent, name) else {
             return;
         };
-        let key = (parent, Box::<[u8]>::from(name));
-        t.named.remove(&key);
-        let Some(e) = t.entries.get(&ino) else {
-            return;
-        };
-        if e.parent != parent || e.name() != name {
-            return; // it answers at its other, current name
-        }
-        match e.linked.then(|| t.other_name(ino, &key)).flatten() {
-            Some((p, n)) => t.place(ino, p, &n, &[]),
-            None => {
-                if let Some(e) = t.entries.get_mut(&ino) {
-                    e.gone = true;
-                }
-                if let Some(f) = detached {
-                    t.detached.insert(ino, Arc::new(f));
-                }
-            }
-        }
+        t.drop_name(ino, parent, name, detached);
+    }
+
+    /// `ino`'s other names (hard links) than its current one, while their
+    /// directories are held: `(directory, name, mount path)`.
+    pub fn other_names(&self, ino: u64) -> Vec<(u64, OsString, PathBuf)> {
+        let t = self.inner.read();
+        t.other_names(ino)
+            .into_iter()
+            .filter_map(|(p, n)| {
+                let name = OsStr::from_bytes(&n);
+                Some((p, name.to_os_string(), t.path(p)?.join(name)))
+            })
+            .collect()
+    }
+
+    /// Entry `ino` answers at `name` of `parent` from now on (one of its
+    /// other names, found to name its file when its current one did not).
+    pub fn answer_at(&self, ino: u64, parent: u64, name: &OsStr) {
+        self.inner.write().place(ino, parent, name.as_bytes(), &[]);
     }
 
     /// Records `file` as the open descriptor of inode `ino` (see
