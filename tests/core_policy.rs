@@ -63,21 +63,50 @@ fn ino_of(core: &SessionFs, path: &Path) -> u64 {
 }
 
 #[test]
-fn rename_flags_and_ownership_changes_are_refused_by_the_core() {
+fn rename_flags_and_ownership_changes_follow_the_core_policy() {
     let (_tmp, root, core) = core_over(&[("policy", "/srv/app")]);
     let session = rel("policy", "/srv/app");
     std::fs::write(root.join(&session).join("notes.txt"), b"x").unwrap();
     let dir = ino_of(&core, &session);
     let file = ino_of(&core, &session.join("notes.txt"));
 
-    let flags = libc::RENAME_NOREPLACE;
+    // RENAME_EXCHANGE is refused; RENAME_NOREPLACE is passed through
+    // (mv -n): EEXIST onto an existing name, a rename onto a new one.
     let e = core
-        .rename(dir, OsStr::new("notes.txt"), dir, OsStr::new("n2"), flags)
+        .rename(
+            dir,
+            OsStr::new("notes.txt"),
+            dir,
+            OsStr::new("n2"),
+            libc::RENAME_EXCHANGE,
+        )
         .unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL, "{e:?}");
+    std::fs::write(root.join(&session).join("taken.txt"), b"y").unwrap();
+    let noreplace = libc::RENAME_NOREPLACE;
+    let e = core
+        .rename(
+            dir,
+            OsStr::new("notes.txt"),
+            dir,
+            OsStr::new("taken.txt"),
+            noreplace,
+        )
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EEXIST, "{e:?}");
+    assert_eq!(
+        std::fs::read(root.join(&session).join("taken.txt")).unwrap(),
+        b"y"
+    );
     assert!(root.join(&session).join("notes.txt").exists());
-    core.rename(dir, OsStr::new("notes.txt"), dir, OsStr::new("n2"), 0)
-        .unwrap();
+    core.rename(
+        dir,
+        OsStr::new("notes.txt"),
+        dir,
+        OsStr::new("n2"),
+        noreplace,
+    )
+    .unwrap();
     assert!(root.join(&session).join("n2").exists());
 
     // The inode follows its file across the rename (MOUNT.md, The tree).

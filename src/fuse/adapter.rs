@@ -884,6 +884,35 @@ impl Filesystem for Adapter {
         }
     }
 
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        // None are kept: ENOSYS (the kernel answers EOPNOTSUPP and asks no
+        // more), without fuser's warning per call.
+        let r = call(
+            "setxattr",
+            || format!("inode {}", ino.0),
+            || self.core.xattrs(ino.0),
+        );
+        reply_empty(reply, r);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        let r = call(
+            "removexattr",
+            || format!("inode {}", ino.0),
+            || self.core.xattrs(ino.0),
+        );
+        reply_empty(reply, r);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match call("statfs", || "the root".to_string(), || self.core.statfs()) {
             Ok(s) => reply.statfs(
