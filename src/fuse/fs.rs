@@ -512,6 +512,9 @@ impl SessionFs {
     pub fn lookup_as(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<Attr> {
         let (parent_path, parent_node) = self.node(parent)?;
         let child_path = parent_path.join(name);
+        // A session directory's metadata, read by its lookup: its
+        // attributes (one lstat per session of a readdirplus, not two).
+        let mut session_meta = None;
         let child = match parent_node {
             Node::Root => {
                 if name == BY_ID_DIR {
@@ -549,6 +552,7 @@ impl SessionFs {
                     return Err(FsError::NoEntry);
                 }
                 match self.store.lookup_in_project(&project, name) {
+                    Ok(meta) if !self.is_virtual(&child_path) => session_meta = Some(meta),
                     Ok(_) => {}
                     Err(StoreError::NotFound { .. }) if self.is_virtual(&child_path) => {}
                     Err(e) => return Err(e.into()),
@@ -589,7 +593,10 @@ impl SessionFs {
         };
         let ino = self.ino_of(parent, &child_path, &child)?;
         self.inodes.looked_up(parent, &child_path, &child, ino);
-        let attr = self.attr(ino, &child);
+        let attr = match session_meta {
+            Some(meta) => Ok(attr_of(ino, &meta)),
+            None => self.attr(ino, &child),
+        };
         if attr.is_err() {
             // No entry is replied: the kernel holds no lookup of it.
             self.inodes.forget(ino, 1);

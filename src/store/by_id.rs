@@ -23,6 +23,17 @@ use super::transcript::Transcript;
 use super::{is_foreign_transcript_name, is_publication_temp, Store};
 use crate::identity::{id_body, ids_match, resolve_id, IdLookupError};
 
+/// Hashes of `(project, session)` directory names (see
+/// `Store::transcripts_seen`): 8 bytes a session.
+pub(crate) type SeenDirs = std::collections::HashSet<u64>;
+
+fn dir_hash(project: &OsStr, session: &OsStr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (project, session).hash(&mut h);
+    h.finish()
+}
+
 /// Session directories by the body of their ids, built once per catalog
 /// generation: every unique session directory once (project names shared),
 /// and a table sorted by a hash of each id's body, so that 20,000 sessions
@@ -125,12 +136,30 @@ impl Store {
     ///
     /// Errors: [`StoreError::Io`] when the root cannot be listed.
     pub fn session_dirs(&self) -> Result<Vec<(OsString, OsString)>> {
-        Ok(self
+        let started = std::time::Instant::now();
+        let dirs: Vec<(OsString, OsString)> = self
             .unique_session_dirs()?
             .into_iter()
             .filter(|d| holds_transcript(&self.root().join(&d.project).join(&d.session)))
             .map(|d| (d.project, d.session))
-            .collect())
+            .collect();
+        let seen = dirs.iter().map(|(p, s)| dir_hash(p, s)).collect();
+        *self.transcripts_seen.lock() = Some((started, seen));
+        Ok(dirs)
+    }
+
+    /// Whether session directory `d` holds a transcript: as the latest
+    /// walk of them all saw it, if that was within the catalog's freshness
+    /// interval, else looked at now.
+    fn holds_transcript_now(&self, d: &SessionDir) -> bool {
+        if let Some((at, seen)) = self.transcripts_seen.lock().as_ref() {
+            if at.elapsed() < self.discovery().ttl()
+                && seen.contains(&dir_hash(&d.project, &d.session))
+            {
+                return true;
+            }
+        }
+        holds_transcript(&self.root().join(&d.project).join(&d.session))
     }
 
     /// The catalog's session directories, one per name.
@@ -186,8 +215,7 @@ impl Store {
         candidates.dedup_by(|a, b| a.1 == b.1);
         // Only directories holding a transcript are sessions: looked at
         // for the few candidates only.
-        candidates
-            .retain(|(_, d)| holds_transcript(&self.root().join(&d.project).join(&d.session)));
+        candidates.retain(|(_, d)| self.holds_transcript_now(d));
         let found = resolve_id(wanted, candidates)?;
         Ok((found.project, found.session))
     }

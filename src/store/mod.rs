@@ -134,6 +134,12 @@ pub struct Store {
     /// Session directories by id body, at a catalog generation
     /// ([`Store::resolve_session_dir`]).
     id_index: Mutex<Option<(u64, by_id::IdIndex)>>,
+    /// Session directories seen holding a transcript by the latest walk of
+    /// them all ([`Store::session_dirs`]), and when: a lookup by id within
+    /// the catalog's freshness interval takes that walk's word instead of
+    /// looking again (`.by-id` listed with attributes looked twice per
+    /// link).
+    transcripts_seen: Mutex<Option<(std::time::Instant, by_id::SeenDirs)>>,
 }
 
 /// Whether `name` is a flat artifact's name (FORMAT.md, Layout).
@@ -241,6 +247,7 @@ impl Store {
                 NonZeroUsize::new(OPEN_TRANSCRIPTS).unwrap_or(NonZeroUsize::MIN),
             )),
             id_index: Mutex::new(None),
+            transcripts_seen: Mutex::new(None),
         })
     }
 
@@ -303,17 +310,19 @@ impl Store {
         Ok(out)
     }
 
-    /// Classifies `name` in a project directory for lookup.
+    /// Classifies `name` in a project directory for lookup: a session
+    /// directory, with its `lstat` metadata (so that the caller need not
+    /// stat it again for its attributes).
     ///
     /// Errors: [`StoreError::FlatArtifact`] for a flat artifact;
     /// [`StoreError::NotFound`] for anything that is not a session directory.
-    pub fn lookup_in_project(&self, project: &OsStr, name: &OsStr) -> Result<EntryKind> {
+    pub fn lookup_in_project(&self, project: &OsStr, name: &OsStr) -> Result<fs::Metadata> {
         let path = self.root.join(project).join(name);
         // Symbolic links are never followed inside the store: a link to a
         // directory is not a session (it could lead out of the root).
         let meta = discovery::lstat(&path).map_err(|e| StoreError::io("stat", &path, e))?;
         if meta.is_dir() {
-            Ok(EntryKind::Dir)
+            Ok(meta)
         } else if meta.is_file() && is_flat_artifact_name(name) {
             Err(StoreError::FlatArtifact { path })
         } else {
