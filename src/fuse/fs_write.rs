@@ -795,24 +795,5 @@ fn rename_with(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
     if flags == 0 {
         return std::fs::rename(from, to);
     }
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-    };
-    let (from, to) = (c(from)?, c(to)?);
-    // SAFETY: two valid NUL-terminated paths, relative to no descriptor.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    crate::store::publish::renameat2(from, to, flags)
 }

@@ -100,8 +100,8 @@ fn refuse_containing_root(config: &MountConfig) -> Result<(), String> {
 fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
     let shown = mountpoint.display();
     let top = mount_table::top_at(mountpoint);
-    // Listing needs a live daemon; a stat may come from the kernel's
-    // attribute cache of a dead mount. A daemon that is alive but does not
+    // statfs needs a live daemon (see probe); a stat may come from the
+    // kernel's attribute cache of a dead mount. A daemon that is alive but does not
     // answer (stopped, hung) would block the probe for as long as it does:
     // the probe runs in a process of its own and is given up after
     // PROBE_TIMEOUT.
@@ -156,9 +156,15 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The subcommand that probes a mount point in a child process.
 const PROBE_SUBCOMMAND: &str = "__probe-mountpoint";
 
-/// Lists and stats `mountpoint` the way the pre-flight check needs.
+/// Lists and stats `mountpoint` the way the pre-flight check needs, and
+/// asks its file system's statistics: `statfs` always reaches a FUSE
+/// daemon, while opening a directory may not (a sessionfs mount only its
+/// owner reaches declines opendir) and a stat may come from the kernel's
+/// cache.
 fn probe(path: &Path) -> std::io::Result<std::fs::Metadata> {
-    std::fs::read_dir(path).and_then(|_| std::fs::metadata(path))
+    std::fs::read_dir(path)?;
+    nix::sys::statfs::statfs(path).map_err(std::io::Error::from)?;
+    std::fs::metadata(path)
 }
 
 /// The body of `sessionfs __probe-mountpoint PATH`: probes `path` and

@@ -324,6 +324,14 @@ fn c_path(path: &Path) -> io::Result<CString> {
 
 /// `renameat2(from, to, RENAME_NOREPLACE)`.
 fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    renameat2(from, to, RENAME_NOREPLACE)
+}
+
+/// `renameat2(2)` of two paths with `flags` (`RENAME_NOREPLACE`: EEXIST
+/// when `to` exists, decided atomically by the file system).
+///
+/// Errors: the call's own; EINVAL for a path holding a NUL byte.
+pub(crate) fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
     let (from, to) = (c_path(from)?, c_path(to)?);
     // SAFETY: both strings are valid NUL-terminated paths for the call.
     let r = unsafe {
@@ -332,7 +340,7 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
             from.as_ptr(),
             libc::AT_FDCWD,
             to.as_ptr(),
-            RENAME_NOREPLACE,
+            flags,
         )
     };
     if r == 0 {
