@@ -410,11 +410,19 @@ impl SessionFs {
     /// Whether the passed-through entry `rel` names the file numbered
     /// `ino` (one `lstat`).
     fn names_file_of(&self, rel: &Path, ino: u64) -> bool {
-        let Ok(meta) = lstat(&self.store.backing_path(rel)) else {
-            return false;
-        };
+        matches!(self.passthrough_meta(rel, ino), Ok((_, true)))
+    }
+
+    /// The backing metadata of the passed-through entry `rel` (one
+    /// `lstat`), and whether it is the file numbered `ino`: the one rule
+    /// of [`SessionFs::node`]'s check and of its attributes.
+    ///
+    /// Errors: the `lstat` error.
+    fn passthrough_meta(&self, rel: &Path, ino: u64) -> FsResult<(Metadata, bool)> {
+        let meta = lstat(&self.store.backing_path(rel))?;
         let derived = self.inodes.derived(ino).unwrap_or(ino);
-        super::inode::backing_ino(derived, meta.dev(), meta.ino(), self.root_dev) == ino
+        let same = super::inode::backing_ino(derived, meta.dev(), meta.ino(), self.root_dev) == ino;
+        Ok((meta, same))
     }
 
     pub(super) fn add_handle(&self, handle: Handle) -> u64 {
@@ -799,20 +807,11 @@ impl SessionFs {
                         .or_else(|| self.inodes.detached(ino))?;
                     f.metadata().ok()
                 };
-                match lstat(&self.store.backing_path(rel)) {
-                    Ok(meta)
-                        if super::inode::backing_ino(
-                            self.inodes.derived(ino).unwrap_or(ino),
-                            meta.dev(),
-                            meta.ino(),
-                            self.root_dev,
-                        ) == ino =>
-                    {
-                        Ok(attr_of(ino, &meta))
-                    }
+                match self.passthrough_meta(rel, ino) {
+                    Ok((meta, true)) => Ok(attr_of(ino, &meta)),
                     // Another file at its name: never that file's
                     // attributes.
-                    Ok(_) => held().map(|meta| attr_of(ino, &meta)).ok_or(FsError::Stale),
+                    Ok((_, false)) => held().map(|meta| attr_of(ino, &meta)).ok_or(FsError::Stale),
                     Err(e) => held().map(|meta| attr_of(ino, &meta)).ok_or(e),
                 }
             }

@@ -432,7 +432,7 @@ impl Tables {
         if e.parent != parent || e.name() != name {
             return; // it answers at its other, current name
         }
-        match e.linked.then(|| self.other_name(ino, &key)).flatten() {
+        match self.other_names(ino).into_iter().next() {
             Some((p, n)) => self.place(ino, p, &n, &[]),
             None => {
                 if let Some(e) = self.entries.get_mut(&ino) {
@@ -457,14 +457,6 @@ impl Tables {
             .filter(|(k, &i)| i == ino && **k != current)
             .map(|(k, _)| k.clone())
             .collect()
-    }
-
-    /// Another name of `ino` than `except`, from `named`.
-    fn other_name(&self, ino: u64, except: &(u64, Box<[u8]>)) -> Option<(u64, Box<[u8]>)> {
-        self.named
-            .iter()
-            .find(|(k, &i)| i == ino && *k != except)
-            .map(|(k, _)| k.clone())
     }
 }
 
