@@ -147,10 +147,18 @@ impl Daemon {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+        // The daemon starts with SIGINT and SIGTERM at their default
+        // action, as from an interactive shell: a harness that runs the
+        // tests with SIGINT ignored (a background job of a script) would
+        // otherwise hand that down through exec, and a signal sent before
+        // main() installs its handler would be lost instead of ending the
+        // daemon. SAFETY: prctl and signal are async-signal-safe; nothing
+        // else runs in pre_exec.
         unsafe {
             cmd.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
                 Ok(())
             });
         }
