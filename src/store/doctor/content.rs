@@ -118,19 +118,69 @@ impl ContentCheck {
         ContentCheck::default()
     }
 
-    fn note(&mut self, kind: Kind, plain_offset: u64, detail: String) {
+    /// Counts `count` lines with a problem of `kind`; the first of a kind
+    /// is kept with its offset and `detail` (made only then: a transcript
+    /// may hold a billion bad lines).
+    fn note_n(
+        &mut self,
+        kind: Kind,
+        plain_offset: u64,
+        count: u64,
+        detail: impl FnOnce() -> String,
+    ) {
         if let Some((_, n)) = self.found.iter_mut().find(|(f, _)| f.kind == kind) {
-            *n += 1;
+            *n += count;
             return;
         }
         self.found.push((
             LineFinding {
                 kind,
                 plain_offset,
-                detail,
+                detail: detail(),
             },
-            1,
+            count,
         ));
+    }
+
+    /// Counts one line with a problem of `kind` (see [`Self::note_n`]).
+    fn note(&mut self, kind: Kind, plain_offset: u64, detail: impl FnOnce() -> String) {
+        self.note_n(kind, plain_offset, 1, detail);
+    }
+
+    /// Checks `count` empty lines, the first at `plain_offset`: what
+    /// `count` calls of [`Self::line`] with an empty line do, at the cost
+    /// of one (a frame of RLE blocks of newlines decodes to a billion of
+    /// them from a few kilobytes).
+    pub fn empty_lines(&mut self, count: u64, plain_offset: u64) {
+        if count == 0 {
+            return;
+        }
+        let why = match parse_object(b"", Utf8::Replace) {
+            Err(e) => e.to_string(),
+            // Not reached: an empty line is no JSON object.
+            Ok(_) => {
+                for k in 0..count {
+                    self.line(b"", plain_offset + k);
+                }
+                return;
+            }
+        };
+        let mut first = self.lines + 1;
+        let mut offset = plain_offset;
+        let mut left = count;
+        if first == 1 {
+            self.lines += 1;
+            self.note(Kind::HeaderLess, offset, || format!("line 1: {why}"));
+            first += 1;
+            offset += 1;
+            left -= 1;
+        }
+        if left > 0 {
+            self.lines += left;
+            self.note_n(Kind::InvalidLine, offset, left, || {
+                format!("line {first}: {why}")
+            });
+        }
     }
 
     /// Counts a line too long to be read (more than 16 MiB): it is not
@@ -152,75 +202,65 @@ impl ContentCheck {
                 } else {
                     Kind::InvalidLine
                 };
-                self.note(kind, plain_offset, format!("line {n}: {e}"));
+                self.note(kind, plain_offset, || format!("line {n}: {e}"));
                 return;
             }
         };
         let tag = map.get("type").and_then(Value::as_str).map(str::to_owned);
         if n == 1 {
             if tag.as_deref() != Some("session") {
-                self.note(
-                    Kind::HeaderLess,
-                    plain_offset,
-                    "the first line is not a session header".into(),
-                );
+                self.note(Kind::HeaderLess, plain_offset, || {
+                    "the first line is not a session header".into()
+                });
                 return;
             }
             match header_from_fields(map) {
                 Ok(h) => {
                     if let Some(cwd) = h.cwd.as_deref() {
                         if !cwd.starts_with('/') {
-                            self.note(
-                                Kind::CwdRejected,
-                                plain_offset,
-                                format!("the header's cwd {cwd:?} is not an absolute path"),
-                            );
+                            self.note(Kind::CwdRejected, plain_offset, || {
+                                format!("the header's cwd {cwd:?} is not an absolute path")
+                            });
                         }
                     }
                     self.header = Some(h);
                 }
                 Err(HeaderError::UnsupportedVersion(why)) => {
-                    self.note(Kind::UnsupportedVersion, plain_offset, why)
+                    self.note(Kind::UnsupportedVersion, plain_offset, || why)
                 }
-                Err(HeaderError::Invalid(why)) => self.note(
-                    Kind::BadHeader,
-                    plain_offset,
-                    format!("invalid header: {why}"),
-                ),
+                Err(HeaderError::Invalid(why)) => self.note(Kind::BadHeader, plain_offset, || {
+                    format!("invalid header: {why}")
+                }),
             }
             return;
         }
         let Some(tag) = tag else {
-            self.note(
-                Kind::InvalidLine,
-                plain_offset,
-                format!("line {n}: the record has no \"type\" string"),
-            );
+            self.note(Kind::InvalidLine, plain_offset, || {
+                format!("line {n}: the record has no \"type\" string")
+            });
             return;
         };
         let span = if tag == "session" {
-            self.note(
-                Kind::InvalidLine,
-                plain_offset,
-                format!("line {n}: a second session header"),
-            );
+            self.note(Kind::InvalidLine, plain_offset, || {
+                format!("line {n}: a second session header")
+            });
             return;
         } else if ROW_TYPES.contains(&tag.as_str()) {
             match read_record(line) {
                 Ok(Record::Event(span)) => span,
                 Ok(Record::Header(_)) => return,
                 Err(why) => {
-                    self.note(Kind::InvalidLine, plain_offset, format!("line {n}: {why}"));
+                    self.note(Kind::InvalidLine, plain_offset, || {
+                        format!("line {n}: {why}")
+                    });
                     return;
                 }
             }
         } else {
             let Some(seq) = map.get("seq").and_then(safe_seq) else {
-                self.note(
-                    Kind::InvalidLine,
-                    plain_offset,
-                    format!("line {n}: no valid \"seq\" (a non-negative safe integer)"),
-                );
+                self.note(Kind::InvalidLine, plain_offset, || {
+                    format!("line {n}: no valid \"seq\" (a non-negative safe integer)")
+                });
                 return;
             };
             let ignorable = map.get("ignorable") == Some(&Value::Bool(true));
@@ -228,7 +268,7 @@ impl ContentCheck {
                 self.note(
                     Kind::UnknownEventType,
                     plain_offset,
-                    format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
+                    || format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
                 );
             }
             super::super::lines::SeqSpan {
@@ -252,14 +292,10 @@ impl ContentCheck {
                 self.interleaved = true;
                 self.next_seq = end;
             } else {
-                self.note(
-                    Kind::SeqGap,
-                    plain_offset,
-                    format!(
-                        "seq {first} continues neither history (expected {} or {other})",
-                        self.next_seq
-                    ),
-                );
+                let next = self.next_seq;
+                self.note(Kind::SeqGap, plain_offset, || {
+                    format!("seq {first} continues neither history (expected {next} or {other})")
+                });
                 self.other_next = Some(end);
             }
             return;
@@ -273,11 +309,10 @@ impl ContentCheck {
             });
             self.other_next = Some(end);
         } else {
-            self.note(
-                Kind::SeqGap,
-                plain_offset,
-                format!("seq jumps from {} to {first}", self.next_seq),
-            );
+            let next = self.next_seq;
+            self.note(Kind::SeqGap, plain_offset, || {
+                format!("seq jumps from {next} to {first}")
+            });
             self.next_seq = end;
         }
     }

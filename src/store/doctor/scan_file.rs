@@ -83,7 +83,15 @@ impl Lines {
     }
 
     fn feed(&mut self, mut bytes: &[u8], check: &mut ContentCheck) {
-        while let Some(i) = bytes.iter().position(|&b| b == b'\n') {
+        while let Some(i) = memchr::memchr(b'\n', bytes) {
+            if i == 0 && self.pending_len == 0 {
+                // A run of empty lines is judged at once.
+                let run = newline_run(bytes);
+                check.empty_lines(run as u64, self.start);
+                self.start += run as u64;
+                bytes = &bytes[run..];
+                continue;
+            }
             let at = self.start;
             let total = self.pending_len + i as u64 + 1;
             if self.too_long {
@@ -110,6 +118,20 @@ impl Lines {
             }
         }
     }
+}
+
+/// How many bytes at the start of `bytes` are newlines (a word at a
+/// time: a frame may decode to gigabytes of them).
+fn newline_run(bytes: &[u8]) -> usize {
+    const NEWLINES: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    let mut n = 0;
+    for word in bytes.chunks_exact(8) {
+        if u64::from_ne_bytes(word.try_into().expect("8 bytes")) != NEWLINES {
+            break;
+        }
+        n += 8;
+    }
+    n + bytes[n..].iter().take_while(|&&b| b == b'\n').count()
 }
 
 /// Scans the transcript at `path` (any name; `raw` says how to read it).
@@ -620,6 +642,49 @@ pub fn holds_no_frame_start(file: &File, at: u64, len: u64) -> std::io::Result<b
 mod tests {
     use super::*;
     use crate::store::frame::encode_frame;
+
+    /// Runs of empty lines (judged in bulk) give what judging each line
+    /// alone gives: the same findings, offsets, counts and line numbers,
+    /// at the start (header-less), in the middle and across pieces.
+    #[test]
+    fn runs_of_empty_lines_are_judged_like_single_lines() {
+        let h = "{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"cwd\":\"/x\",\"delegationDepth\":0}";
+        let e = "{\"type\":\"user/message\",\"seq\":0,\"time\":2,\"data\":{}}";
+        for text in [
+            format!("\n\n\n{h}\n{e}\n"),
+            format!("{h}\n{}{e}\n\n\nx\n", "\n".repeat(37)),
+            format!("{h}\n{e}\n{}", "\n".repeat(9)),
+        ] {
+            let mut one = ContentCheck::new();
+            let mut at = 0;
+            for line in text.split_inclusive('\n') {
+                one.line(&line.as_bytes()[..line.len() - 1], at);
+                at += line.len() as u64;
+            }
+            for cut in [1, 3, 8, 17, text.len()] {
+                let mut bulk = ContentCheck::new();
+                let mut lines = Lines::new();
+                for piece in text.as_bytes().chunks(cut) {
+                    lines.feed(piece, &mut bulk);
+                }
+                assert_eq!(bulk.lines, one.lines, "{text:?} in pieces of {cut}");
+                let mut expected = ContentCheck::new();
+                let mut at = 0;
+                for line in text.split_inclusive('\n') {
+                    expected.line(&line.as_bytes()[..line.len() - 1], at);
+                    at += line.len() as u64;
+                }
+                assert_eq!(
+                    bulk.finish().0,
+                    expected.finish().0,
+                    "{text:?} in pieces of {cut}"
+                );
+            }
+        }
+        assert_eq!(newline_run(b"\n\n\n\n\n\n\n\n\n\nx\n"), 10);
+        assert_eq!(newline_run(b"x\n"), 0);
+        assert_eq!(newline_run(&[b'\n'; 20]), 20);
+    }
 
     /// A transcript of a header frame and one event frame followed by
     /// 100,000 empty skippable frames makes one skippable-frame finding
