@@ -309,6 +309,17 @@ impl Table {
         let (mut end, mut plain_end, mut next_wide) = (0u64, 0u64, 0usize);
         for i in 0..n {
             let e = entry(&entries, i);
+            if let Entry::Narrow { len, plain_len, .. } = e {
+                // Consistent by its form: it starts where the previous frame
+                // ended, is not empty, and its bound is its length plus a
+                // slack. Only the sums can fail.
+                if i.is_multiple_of(MARK_EVERY) {
+                    marks.push((end, plain_end));
+                }
+                end = end.checked_add(len).filter(|&e| e < FLAG)?;
+                plain_end = plain_end.checked_add(plain_len)?;
+                continue;
+            }
             if let Entry::Wide(k) = e {
                 if k != next_wide {
                     return None;
