@@ -233,6 +233,7 @@ pub fn run_mount(
     )
     .map_err(|e| format!("cannot open the session root: {e}"))?;
     crate::store::decode::warm_up();
+    store.frame_cache().start_prefetch();
     if stop.load(Ordering::SeqCst) {
         log::info!("signal received before mounting; exiting");
         return Ok(());

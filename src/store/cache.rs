@@ -111,22 +111,36 @@ impl FrameCache {
     /// Runs `task` on the read-ahead worker thread, unless the queue is
     /// full (read-ahead is only a hint) or no thread could be started.
     pub fn prefetch(&self, task: PrefetchTask) {
-        let sender = self.prefetch.get_or_init(|| {
-            let (tx, rx) = sync_channel::<PrefetchTask>(PREFETCH_QUEUE);
-            let started = std::thread::Builder::new()
-                .name("sessionfs-readahead".into())
-                .spawn(move || {
-                    for task in rx {
-                        task();
-                    }
-                });
-            started.ok().map(|_| tx)
-        });
-        if let Some(tx) = sender {
+        if let Some(tx) = self.worker() {
             match tx.try_send(task) {
                 Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
             }
         }
+    }
+
+    /// Starts the read-ahead worker thread now (a mount does, as it
+    /// starts), so that the first read that hands it frames does not wait
+    /// for the thread to be made. Later calls do nothing.
+    pub fn start_prefetch(&self) {
+        self.worker();
+    }
+
+    /// The read-ahead worker's queue, the thread started on first use;
+    /// `None` when no thread could be started.
+    fn worker(&self) -> Option<&SyncSender<PrefetchTask>> {
+        self.prefetch
+            .get_or_init(|| {
+                let (tx, rx) = sync_channel::<PrefetchTask>(PREFETCH_QUEUE);
+                let started = std::thread::Builder::new()
+                    .name("sessionfs-readahead".into())
+                    .spawn(move || {
+                        for task in rx {
+                            task();
+                        }
+                    });
+                started.ok().map(|_| tx)
+            })
+            .as_ref()
     }
 
     /// The cached frame, marked most recently used.

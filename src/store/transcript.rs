@@ -404,6 +404,20 @@ impl Transcript {
         if sequential && !ahead.is_empty() {
             self.read_ahead(&file, generation, ahead);
         }
+        // A read over several frames that are not decoded yet hands all but
+        // the first to the read-ahead worker, so that both cores decode
+        // (this thread takes the first, then each the worker has not
+        // started: the cache decodes a frame once, whoever asks first).
+        if frames.len() > 1 && !self.cache.contains(&(generation, frames[0].0)) {
+            let rest: Vec<(usize, IndexedFrame)> = frames[1..]
+                .iter()
+                .filter(|(_, f)| f.plain_len <= LARGE_FRAME)
+                .copied()
+                .collect();
+            if !rest.is_empty() {
+                self.read_ahead(&file, generation, rest);
+            }
+        }
         // Reserve what the touched frames hold, not what the caller asked.
         let available: u64 = frames
             .iter()
