@@ -387,15 +387,15 @@ fn the_status_file_shows_pending_bytes() {
     );
     drop(held);
     // close() commits at flush; the handle goes at release, which the
-    // kernel sends asynchronously.
+    // kernel sends asynchronously, and the commit's lock file is released
+    // with them (each may show a moment after the others on a loaded
+    // machine: the wait is for all three).
     let mut last = serde_json::Value::Null;
-    let settled = wait_until(Duration::from_secs(5), || {
+    let settled = wait_until(Duration::from_secs(10), || {
         last = status_of(mount.path());
-        last["pending_bytes"] == 0 && last["writers"] == 0
+        last["pending_bytes"] == 0 && last["writers"] == 0 && last["locks_held"] == 0
     });
-    assert!(settled, "{last}");
-    // The commit's lock file is released with it.
-    assert_eq!(last["locks_held"], 0, "{last}");
+    assert!(settled, "pending bytes, writers or locks left: {last}");
     // What the root lives on, as findmnt(8) names its file system type.
     let findmnt = std::process::Command::new("findmnt")
         .args(["-n", "-o", "FSTYPE", "-T"])

@@ -29,7 +29,17 @@ pub fn last_line_of_frames<R: ReadAt + ?Sized>(
     src: &R,
     frames: &[FrameInfo],
 ) -> Result<Option<(Vec<u8>, u64)>> {
-    for info in frames.iter().rev() {
+    last_line_from_end(path, src, frames.iter().rev().copied())
+}
+
+/// [`last_line_of_frames`] over frames given from the last to the first,
+/// taken one at a time (so that no list of every frame is made).
+fn last_line_from_end<R: ReadAt + ?Sized>(
+    path: &Path,
+    src: &R,
+    frames_from_end: impl Iterator<Item = FrameInfo>,
+) -> Result<Option<(Vec<u8>, u64)>> {
+    for info in frames_from_end {
         let FrameKind::Data { content_size, .. } = info.kind else {
             continue;
         };
@@ -37,7 +47,7 @@ pub fn last_line_of_frames<R: ReadAt + ?Sized>(
             continue;
         }
         // Streamed: only the last line is kept, whatever the frame holds.
-        let summary = decode::scan(src, info, true).map_err(|e| StoreError::from_frame(path, e))?;
+        let summary = decode::scan(src, &info, true).map_err(|e| StoreError::from_frame(path, e))?;
         if summary.plain_len == 0 {
             continue;
         }
@@ -69,13 +79,13 @@ pub fn last_line_of_frames<R: ReadAt + ?Sized>(
 ///
 /// Errors: as [`last_line_of_frames`].
 pub fn last_complete_line(path: &Path, file: &File, index: &FrameIndex) -> Result<Option<Vec<u8>>> {
-    let frames: Vec<FrameInfo> = index
-        .frames()
-        .iter()
+    let frames = index.frames();
+    let from_end = (0..frames.len())
+        .rev()
+        .filter_map(|i| frames.get(i))
         .filter(|f| f.plain_len > 0)
-        .map(|f| f.info)
-        .collect();
-    Ok(last_line_of_frames(path, file, &frames)?.map(|(line, _)| line))
+        .map(|f| f.info);
+    Ok(last_line_from_end(path, file, from_end)?.map(|(line, _)| line))
 }
 
 /// Position of the last `\n` strictly before byte `before` of `file`.
