@@ -33,6 +33,7 @@ fn plant_dead_lock(dir: &Path) {
             host: "a-dead-machine".into(),
             boot: "its-boot".into(),
             pid: 4242,
+            pidns: String::new(),
         },
         token: "dead-holder-token".into(),
         len: None,

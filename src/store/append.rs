@@ -978,6 +978,7 @@ mod protocol_tests {
                 host: "crashed-host".into(),
                 boot: "b".into(),
                 pid: 1,
+                pidns: String::new(),
             },
             token: "00000000deadbeef".into(),
             len,

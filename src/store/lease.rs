@@ -11,13 +11,19 @@
 //! size never changes (a client's cached size cannot cut a read short):
 //!
 //! ```json
-//! {"sessionfs_lock":1,"host":"h","boot":"b","pid":7,"token":"16 hex",
-//!  "len":1234,"lease_ms":15000,"renewal":3,"wall_ms":1767603600000}
+//! {"sessionfs_lock":1,"host":"h","boot":"b","pid":7,"pidns":"pid:[4026531836]",
+//!  "token":"16 hex","len":1234,"lease_ms":15000,"renewal":3,"wall_ms":1767603600000}
 //! ```
 //!
 //! `len` is the transcript's length before the commit (`null` until the
 //! holder has learned it), `token` is random per lock, `renewal` counts
 //! renewals, `wall_ms` is the holder's wall clock, for people only.
+//! `pidns` is the holder's PID namespace: a waiter of the same host, boot
+//! id and namespace whose `kill(pid, 0)` finds no such process knows the
+//! holder died, and judges its lock stale at once instead of after the
+//! lease (a daemon killed with `kill -9` and started again on the same
+//! machine commits at once; [`HolderId::is_gone_here`]). Takeover is then
+//! the same exactly-one-winner break as below.
 //!
 //! # The lease
 //! * The holder rewrites the body (`renewal` + 1) and fsyncs it every
@@ -177,6 +183,11 @@ pub struct HolderId {
     pub host: String,
     pub boot: String,
     pub pid: u32,
+    /// The holder's PID namespace as `/proc/self/ns/pid` names it
+    /// (`pid:[4026531836]`; empty when unknown or in bodies written before
+    /// it was recorded): with the host and boot id equal to a waiter's, it
+    /// says the holder's `pid` means the same process to the waiter.
+    pub pidns: String,
 }
 
 impl HolderId {
@@ -204,11 +215,36 @@ impl HolderId {
                     .map(|s| s.trim().to_string())
             })
             .unwrap_or_default();
+        let pidns = fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_string))
+            .unwrap_or_default();
         HolderId {
             host: clip(&host, 120),
             boot: clip(&boot, 64),
             pid: std::process::id(),
+            pidns: clip(&pidns, 64),
         }
+    }
+
+    /// Whether the holder `other` is a process of this machine's boot and
+    /// PID namespace that no longer exists (`kill(pid, 0)` fails with
+    /// `ESRCH`): its lock is left by a process that died (a daemon killed
+    /// with `kill -9`), and no lease needs to run out for it. `false` for
+    /// any other holder, or when unsure (a pid taken again since is taken
+    /// for the holder, which only makes the waiter wait the lease).
+    pub fn is_gone_here(&self, other: &HolderId) -> bool {
+        if self.pidns.is_empty()
+            || self.boot.is_empty()
+            || other.pid == 0
+            || other.pid > i32::MAX as u32
+            || (&other.host, &other.boot, &other.pidns) != (&self.host, &self.boot, &self.pidns)
+        {
+            return false;
+        }
+        // SAFETY: signal 0 only checks that the process exists.
+        let r = unsafe { libc::kill(other.pid as libc::pid_t, 0) };
+        r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
     }
 }
 
@@ -259,6 +295,7 @@ impl LockBody {
             "host": self.holder.host,
             "boot": self.holder.boot,
             "pid": self.holder.pid,
+            "pidns": self.holder.pidns,
             "token": self.token,
             "len": self.len,
             "lease_ms": self.lease_ms,
@@ -285,6 +322,7 @@ impl LockBody {
                 host: s("host").unwrap_or_default(),
                 boot: s("boot").unwrap_or_default(),
                 pid: v.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32,
+                pidns: s("pidns").unwrap_or_default(),
             },
             token,
             len: v.get("len").and_then(Value::as_u64),
@@ -462,9 +500,15 @@ fn forget(path: &Path) {
         .remove(path);
 }
 
-/// How long `snap` must stay unchanged before it is judged stale.
-fn stale_after(snap: &Snapshot, cfg: &LeaseConfig) -> Duration {
-    let body_lease = snap.parsed().map_or(Duration::ZERO, |b| {
+/// How long `snap` must stay unchanged before it is judged stale: at
+/// once when its holder is a process of this machine that is gone
+/// ([`HolderId::is_gone_here`]), else the lease and the waiter's margin.
+fn stale_after(snap: &Snapshot, cfg: &LeaseConfig, me: &HolderId) -> Duration {
+    let parsed = snap.parsed();
+    if parsed.as_ref().is_some_and(|b| me.is_gone_here(&b.holder)) {
+        return Duration::ZERO;
+    }
+    let body_lease = parsed.map_or(Duration::ZERO, |b| {
         Duration::from_millis(b.lease_ms.min(3_600_000))
     });
     cfg.lease.max(body_lease) + cfg.waiter_margin
@@ -857,7 +901,7 @@ pub fn acquire(
                     announced = true;
                 }
                 let unchanged = observe(&path, &snap);
-                if unchanged >= stale_after(&snap, cfg) {
+                if unchanged >= stale_after(&snap, cfg, me) {
                     if let Some(guard) = try_break(dir, &path, &snap, cfg, protocol, me)? {
                         return Ok(guard);
                     }
@@ -920,7 +964,7 @@ fn try_break(
             None => match look(&claim, protocol).map_err(|e| io_err("read claim", &claim, e))? {
                 None => return Ok(None),
                 Some(snap) => {
-                    if observe(&claim, &snap) < stale_after(&snap, cfg) {
+                    if observe(&claim, &snap) < stale_after(&snap, cfg, me) {
                         return Ok(None);
                     }
                     log::info!(
@@ -1034,6 +1078,7 @@ mod tests {
             host: host.into(),
             boot: "b".into(),
             pid: std::process::id(),
+            pidns: String::new(),
         }
     }
 
@@ -1136,6 +1181,103 @@ mod tests {
         drop(g);
         let on_disk = LockBody::parse(&fs::read(dir.path().join(LOCK_NAME)).unwrap()).unwrap();
         assert_eq!(on_disk.token, b.body().token, "the successor's lock stays");
+    }
+
+    /// A process of this machine that has exited, and its pid.
+    fn exited_child_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    /// This machine's identity as a holder of pid `pid` would record it.
+    fn here(pid: u32) -> HolderId {
+        HolderId {
+            pid,
+            ..HolderId::from_env()
+        }
+    }
+
+    #[test]
+    fn a_lock_left_by_a_process_of_this_machine_that_is_gone_is_taken_at_once() {
+        let me = HolderId::from_env();
+        assert!(!me.pidns.is_empty(), "no /proc/self/ns/pid: {me:?}");
+        let dir = tempfile::tempdir().unwrap();
+        // A lease far beyond the wait: only the dead holder's absence can
+        // let the waiter in.
+        let cfg = LeaseConfig {
+            wait: Duration::from_secs(5),
+            ..LeaseConfig::from_lease(Duration::from_secs(600))
+        };
+        let mut body = LockBody::new(&here(exited_child_pid()), &cfg);
+        body.len = Some(11);
+        fs::write(dir.path().join(LOCK_NAME), body.encode()).unwrap();
+        let g = acquire(dir.path(), &t(dir.path()), &cfg, CommitProtocol::Local, &me).unwrap();
+        let taken = g.takeover().expect("a takeover of the dead holder's lock");
+        assert_eq!(taken.recorded_len, Some(11), "the taker learns the length");
+        let on_disk = LockBody::parse(&fs::read(dir.path().join(LOCK_NAME)).unwrap()).unwrap();
+        assert_eq!(on_disk.token, g.body().token);
+    }
+
+    #[test]
+    fn a_live_holder_or_one_of_another_namespace_or_boot_keeps_its_lease() {
+        let me = HolderId::from_env();
+        let cfg = LeaseConfig {
+            wait: Duration::from_millis(300),
+            ..LeaseConfig::from_lease(Duration::from_secs(600))
+        };
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let gone = exited_child_pid();
+        let holders = [
+            ("a live process", here(sleeper.id())),
+            (
+                "another namespace",
+                HolderId {
+                    pidns: "pid:[1]".into(),
+                    ..here(gone)
+                },
+            ),
+            (
+                "another boot",
+                HolderId {
+                    boot: "an-earlier-boot".into(),
+                    ..here(gone)
+                },
+            ),
+            (
+                "another host",
+                HolderId {
+                    host: "elsewhere".into(),
+                    ..here(gone)
+                },
+            ),
+            (
+                "a body without a namespace",
+                HolderId {
+                    pidns: String::new(),
+                    ..here(gone)
+                },
+            ),
+        ];
+        for (what, holder) in holders {
+            assert!(!me.is_gone_here(&holder), "{what}");
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(
+                dir.path().join(LOCK_NAME),
+                LockBody::new(&holder, &cfg).encode(),
+            )
+            .unwrap();
+            let e = acquire(dir.path(), &t(dir.path()), &cfg, CommitProtocol::Local, &me)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: the lock was taken"));
+            assert!(matches!(e, StoreError::LockBusy { .. }), "{what}: {e}");
+        }
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
     }
 
     #[test]
