@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use jiff::tz::TimeZone;
 
+use crate::store::error::Shown;
 use crate::store::views::{ViewCatalog, ViewFacts, ViewKind, ViewSnapshot};
 use crate::store::Store;
 
@@ -135,9 +136,8 @@ fn write_dir(
         let s = &snap.sessions[i];
         writeln!(
             out,
-            "{indent}{name} -> {}/{}",
-            s.project.to_string_lossy(),
-            s.session.to_string_lossy()
+            "{indent}{name} -> {}",
+            Shown(&std::path::Path::new(&s.project).join(&*s.session))
         )?;
     }
     // Children in name order: pushed in reverse.

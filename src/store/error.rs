@@ -93,6 +93,16 @@ pub enum StoreError {
     /// holds of one line): its own error, not a header-less file. errno:
     /// EIO.
     HeaderLineTooLong { path: PathBuf, limit: u64 },
+    /// The transcript's last committed line, in the frame (zstd) or at the
+    /// byte (raw) `offset`, is longer than `limit` bytes, more than
+    /// sessionfs holds to learn the next `seq`: the transcript is intact
+    /// and reads as it is, but cannot be continued through sessionfs.
+    /// errno: EFBIG (as a written line over the limit).
+    LastLineTooLong {
+        path: PathBuf,
+        offset: u64,
+        limit: u64,
+    },
     /// A session with this id already exists at `path`: a publication lost
     /// the same-id race, or the id was created twice (FORMAT.md, Writing).
     /// errno: EEXIST.
@@ -121,12 +131,21 @@ pub enum StoreError {
 pub struct Shown<'a>(pub &'a Path);
 
 impl fmt::Display for Shown<'_> {
+    /// Control characters escaped (`\n`, `\u{1b}`), and each byte that is
+    /// not UTF-8 as `\xNN` (the bytes of the real name, which bash reads
+    /// back inside `$'…'`), never as U+FFFD.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.to_string_lossy().chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                write!(f, "{c}")?;
+        use std::os::unix::ffi::OsStrExt;
+        for chunk in self.0.as_os_str().as_bytes().utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if c.is_control() {
+                    write!(f, "{}", c.escape_default())?;
+                } else {
+                    write!(f, "{c}")?;
+                }
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
             }
         }
         Ok(())
@@ -193,6 +212,7 @@ impl StoreError {
             StoreError::LockBusy { .. } => libc::EAGAIN,
             StoreError::CommitFailed { .. } => libc::EIO,
             StoreError::NameTooLong { .. } => libc::ENAMETOOLONG,
+            StoreError::LastLineTooLong { .. } => libc::EFBIG,
             StoreError::FlatArtifact { .. }
             | StoreError::EncodingMismatch { .. }
             | StoreError::DuplicateId { .. }
@@ -320,14 +340,22 @@ impl fmt::Display for StoreError {
                     Shown(path)
                 )
             }
-            StoreError::TornTail { path, offset } => write!(
-                f,
-                "{}: the last frame, at byte {offset}, is incomplete (a crashed or still \
-                 running writer); nothing was appended, and the mount never truncates: stop \
-                 other writers of this session, then run `sessionfs check --repair {}`",
-                Shown(path),
-                Shown(path)
-            ),
+            StoreError::TornTail { path, offset } => {
+                // A raw transcript (`session.jsonl`) is torn in a line.
+                let what = if path.extension().is_some_and(|e| e == "zstd") {
+                    "frame"
+                } else {
+                    "line"
+                };
+                write!(
+                    f,
+                    "{}: the last {what}, at byte {offset}, is incomplete (a crashed or still \
+                     running writer); nothing was appended, and the mount never truncates: \
+                     stop other writers of this session, then run `sessionfs check --repair {}`",
+                    Shown(path),
+                    Shown(path)
+                )
+            }
             StoreError::Damaged {
                 path,
                 at,
@@ -363,6 +391,17 @@ impl fmt::Display for StoreError {
                 "{}: header line longer than {limit} bytes (16 MiB), more than sessionfs \
                  reads; the file is kept as is: read it with other tools or restore it \
                  from a backup",
+                Shown(path)
+            ),
+            StoreError::LastLineTooLong {
+                path,
+                offset,
+                limit,
+            } => write!(
+                f,
+                "{}: the last committed line (from byte {offset}) is longer than {limit} bytes \
+                 (16 MiB), more than sessionfs holds to continue a session; the transcript is \
+                 intact and reads as it is: continue it with the harness, or start a new session",
                 Shown(path)
             ),
             StoreError::AlreadyExists { path } => write!(
@@ -412,6 +451,35 @@ impl std::error::Error for StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_path_keeps_bytes_that_are_not_utf8_and_escapes_controls() {
+        use std::os::unix::ffi::OsStrExt;
+        let raw = std::ffi::OsStr::from_bytes(b"/r/--tmp-work--/inv\xffutf/caf\xc3\xa9\nx");
+        assert_eq!(
+            Shown(Path::new(raw)).to_string(),
+            "/r/--tmp-work--/inv\\xffutf/caf\u{e9}\\nx"
+        );
+        // What bash reads back inside $'...' is the real name.
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "printf %s $'{}'",
+                Shown(Path::new(std::ffi::OsStr::from_bytes(b"inv\xffutf")))
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, b"inv\xffutf");
+        let torn = |p: &str| {
+            StoreError::TornTail {
+                path: PathBuf::from(p),
+                offset: 9,
+            }
+            .to_string()
+        };
+        assert!(torn("/r/p/s/session.jsonl.zstd").contains("the last frame, at byte 9"));
+        assert!(torn("/r/p/s/session.jsonl").contains("the last line, at byte 9"));
+    }
 
     /// The mount's advice for damage agrees with `check` and the doctor:
     /// trailing garbage (nothing verifiable after it) is cut by `doctor

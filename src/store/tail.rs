@@ -23,7 +23,9 @@ use super::lines::next_seq_after_line;
 /// the others are decoded streaming, holding only their last line.
 ///
 /// Errors: [`StoreError::Corrupt`] when the frame fails its checksum or
-/// decoding, or does not end with a complete line; [`StoreError::Io`].
+/// decoding, or does not end with a complete line;
+/// [`StoreError::LastLineTooLong`] when its last line is longer than
+/// [`MAX_LINE_BYTES`]; [`StoreError::Io`].
 pub fn last_line_of_frames<R: ReadAt + ?Sized>(
     path: &Path,
     src: &R,
@@ -47,7 +49,8 @@ fn last_line_from_end<R: ReadAt + ?Sized>(
             continue;
         }
         // Streamed: only the last line is kept, whatever the frame holds.
-        let summary = decode::scan(src, &info, true).map_err(|e| StoreError::from_frame(path, e))?;
+        let summary =
+            decode::scan(src, &info, true).map_err(|e| StoreError::from_frame(path, e))?;
         if summary.plain_len == 0 {
             continue;
         }
@@ -59,14 +62,11 @@ fn last_line_from_end<R: ReadAt + ?Sized>(
             ));
         }
         let Some(line) = summary.last_line else {
-            return Err(StoreError::corrupt(
-                path,
-                info.offset,
-                format!(
-                    "the frame's last line is longer than {MAX_LINE_BYTES} bytes, more than \
-                     sessionfs holds"
-                ),
-            ));
+            return Err(StoreError::LastLineTooLong {
+                path: path.to_path_buf(),
+                offset: info.offset,
+                limit: MAX_LINE_BYTES as u64,
+            });
         };
         return Ok(Some((line, info.offset)));
     }
@@ -74,18 +74,23 @@ fn last_line_from_end<R: ReadAt + ?Sized>(
 }
 
 /// The last complete line (with its `\n`) of a zstd transcript whose
-/// frame index is `index`: the last line of its last non-empty frame.
-/// `None` when the index holds no non-empty frame.
+/// frame index is `index`: the last line of its last non-empty frame, and
+/// that frame's compressed offset (for errors about the line). `None` when
+/// the index holds no non-empty frame.
 ///
 /// Errors: as [`last_line_of_frames`].
-pub fn last_complete_line(path: &Path, file: &File, index: &FrameIndex) -> Result<Option<Vec<u8>>> {
+pub fn last_complete_line(
+    path: &Path,
+    file: &File,
+    index: &FrameIndex,
+) -> Result<Option<(Vec<u8>, u64)>> {
     let frames = index.frames();
     let from_end = (0..frames.len())
         .rev()
         .filter_map(|i| frames.get(i))
         .filter(|f| f.plain_len > 0)
         .map(|f| f.info);
-    Ok(last_line_from_end(path, file, from_end)?.map(|(line, _)| line))
+    last_line_from_end(path, file, from_end)
 }
 
 /// Position of the last `\n` strictly before byte `before` of `file`.
@@ -108,8 +113,8 @@ pub fn prev_newline(file: &File, before: u64) -> io::Result<Option<u64>> {
 /// The last complete line (with its `\n`) of a raw transcript whose first
 /// `end` bytes are complete lines (`end` is 0 or follows a `\n`).
 ///
-/// Errors: [`StoreError::Io`]; [`StoreError::Corrupt`] when the line is
-/// longer than [`MAX_LINE_BYTES`].
+/// Errors: [`StoreError::Io`]; [`StoreError::LastLineTooLong`] when the
+/// line is longer than [`MAX_LINE_BYTES`].
 pub fn last_raw_line(path: &Path, file: &File, end: u64) -> Result<Option<Vec<u8>>> {
     if end == 0 {
         return Ok(None);
@@ -118,13 +123,11 @@ pub fn last_raw_line(path: &Path, file: &File, end: u64) -> Result<Option<Vec<u8
         .map_err(|e| StoreError::io("read", path, e))?
         .map_or(0, |i| i + 1);
     if end - start > MAX_LINE_BYTES as u64 {
-        return Err(StoreError::corrupt(
-            path,
-            start,
-            format!(
-                "the last line is longer than {MAX_LINE_BYTES} bytes, more than sessionfs holds"
-            ),
-        ));
+        return Err(StoreError::LastLineTooLong {
+            path: path.to_path_buf(),
+            offset: start,
+            limit: MAX_LINE_BYTES as u64,
+        });
     }
     let mut line = vec![0u8; (end - start) as usize];
     file.read_exact_at(&mut line, start)
@@ -179,7 +182,9 @@ mod tests {
         let mut tmp = tempfile::NamedTempFile::new().unwrap();
         tmp.write_all(&bytes).unwrap();
         let file = File::open(tmp.path()).unwrap();
-        let line = last_complete_line(tmp.path(), &file, &index).unwrap();
+        let line = last_complete_line(tmp.path(), &file, &index)
+            .unwrap()
+            .map(|(line, _)| line);
         assert_eq!(line.as_deref(), Some(&b"{\"type\":\"x\",\"seq\":1}\n"[..]));
         let next = next_seq_from_last_line(tmp.path(), line.as_deref(), 0).unwrap();
         assert_eq!(next, 2);
@@ -205,5 +210,45 @@ mod tests {
         let first = last_raw_line(tmp.path(), &file, 8).unwrap().unwrap();
         assert_eq!(first, b"{\"a\":1}\n");
         assert!(last_raw_line(tmp.path(), &file, 0).unwrap().is_none());
+    }
+
+    /// A valid transcript whose last line is longer than sessionfs holds
+    /// cannot be continued, but is not called corrupt: `EFBIG`, naming the
+    /// frame (or the line) the line starts in, and saying it is intact.
+    #[test]
+    fn a_last_line_over_the_limit_is_too_long_not_corrupt() {
+        let long = format!(
+            "{{\"type\":\"x\",\"seq\":0,\"pad\":\"{}\"}}\n",
+            "p".repeat(MAX_LINE_BYTES + 10)
+        );
+        let mut bytes = encode_frame(b"h\n").unwrap();
+        let frame_at = bytes.len() as u64;
+        bytes.extend(encode_frame(long.as_bytes()).unwrap());
+        let mut index = FrameIndex::new();
+        let mut decoded = 0;
+        index
+            .extend(&bytes[..], bytes.len() as u64, &mut decoded)
+            .unwrap();
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&bytes).unwrap();
+        let file = File::open(tmp.path()).unwrap();
+        let e = last_complete_line(tmp.path(), &file, &index).unwrap_err();
+        assert!(
+            matches!(e, StoreError::LastLineTooLong { offset, .. } if offset == frame_at),
+            "{e:?}"
+        );
+        assert_eq!(e.errno(), libc::EFBIG);
+        assert!(e.to_string().contains("intact"), "{e}");
+
+        let mut raw = tempfile::NamedTempFile::new().unwrap();
+        raw.write_all(b"h\n").unwrap();
+        raw.write_all(long.as_bytes()).unwrap();
+        let file = File::open(raw.path()).unwrap();
+        let end = file.metadata().unwrap().len();
+        let e = last_raw_line(raw.path(), &file, end).unwrap_err();
+        assert!(
+            matches!(e, StoreError::LastLineTooLong { offset: 2, .. }),
+            "{e:?}"
+        );
     }
 }

@@ -216,22 +216,31 @@ impl Transcript {
     /// file first, so growth by other writers is seen.
     ///
     /// Errors: [`StoreError::Corrupt`] when the last line is not a valid
-    /// record or its frame fails to decode; [`StoreError::Io`].
+    /// record or its frame fails to decode (at the frame's offset, or the
+    /// line's in a raw transcript); [`StoreError::LastLineTooLong`];
+    /// [`StoreError::Io`].
     pub fn next_seq(&self) -> Result<u64> {
         self.refresh()?;
         let st = self.state.read();
-        let line = match &st.view {
+        // The last line and where it is (its frame's offset, or its own in
+        // a raw transcript), which an error about it names.
+        let (line, offset) = match &st.view {
             View::Zstd(index) => {
                 if let Some(d) = index.damage() {
                     return Err(damaged(&self.path, d));
                 }
-                super::tail::last_complete_line(&self.path, &st.file, index)?
+                match super::tail::last_complete_line(&self.path, &st.file, index)? {
+                    Some((line, offset)) => (Some(line), offset),
+                    None => (None, 0),
+                }
             }
             View::Raw { plain_len } => {
-                super::tail::last_raw_line(&self.path, &st.file, *plain_len)?
+                let line = super::tail::last_raw_line(&self.path, &st.file, *plain_len)?;
+                let offset = plain_len - line.as_ref().map_or(0, |l| l.len() as u64);
+                (line, offset)
             }
         };
-        super::tail::next_seq_from_last_line(&self.path, line.as_deref(), 0)
+        super::tail::next_seq_from_last_line(&self.path, line.as_deref(), offset)
     }
 
     /// Number of complete data frames in the view (raw mode: 0).
