@@ -444,6 +444,54 @@ fn root_reports_what_the_mount_refuses() {
     );
 }
 
+/// A copy of a session in a project directory whose name is not UTF-8
+/// is refused by `list` and the mount as misplaced; `check` and the doctor
+/// report it too, and the command they suggest names the real path.
+#[test]
+fn a_misplaced_copy_under_a_project_name_that_is_not_utf8_is_reported() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_tmp, root) = corpus_copy("normal");
+    let project = root.join(std::ffi::OsStr::from_bytes(b"--x\xff--"));
+    let copy = project.join("copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(
+        root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd"),
+        copy.join("session.jsonl.zstd"),
+    )
+    .unwrap();
+    let (code, out, _) = check_full(&root, false);
+    assert_eq!(code, 1, "{out}");
+    let line = out
+        .lines()
+        .skip_while(|l| !(l.starts_with("PROBLEM\t") && l.contains("--x\\xff--/copy/")))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no problem reported for the copy: {out}"));
+    assert!(line.contains("misplaced"), "{out}");
+    let doctor = run(&[std::ffi::OsStr::new("doctor"), root.as_os_str()]);
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.contains("misplaced") && l.contains("--x\\xff--/copy/")),
+        "{report}"
+    );
+    // The suggested fix reads back as the real path in bash.
+    let fix = report
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("fix: sessionfs doctor --repair "))
+        .filter(|f| f.contains("xff"))
+        .unwrap_or_else(|| panic!("no fix for the copy: {report}"));
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("printf %s {fix}"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.stdout,
+        copy.join("session.jsonl.zstd").as_os_str().as_bytes()
+    );
+}
+
 #[test]
 fn paths_that_are_no_transcript_and_no_root_fail_with_what_they_are() {
     let (_tmp, root) = corpus_copy("normal");

@@ -695,7 +695,7 @@ fn write_durably(
             "{}: {op} failed ({error}) and truncating back to {offset} bytes failed too \
              ({rollback}); run `sessionfs check --repair {}`",
             path.display(),
-            path.display()
+            super::error::ShellArg(path)
         );
     }
     Err(StoreError::io(op, path, error))

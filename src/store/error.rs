@@ -152,6 +152,48 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// A path as a word of a bash command line, for the commands messages
+/// suggest: `'…'` (a `'` written `'\''`) when it is UTF-8 without control
+/// characters, else `$'…'` with each such byte or character escaped
+/// (`\xNN`, `\n`), which bash reads back as the real name.
+pub struct ShellArg<'a>(pub &'a Path);
+
+impl fmt::Display for ShellArg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = self.0.as_os_str().as_bytes();
+        match std::str::from_utf8(bytes) {
+            Ok(s) if !s.chars().any(char::is_control) => {
+                write!(f, "'{}'", s.replace('\'', "'\\''"))
+            }
+            _ => {
+                f.write_str("$'")?;
+                for chunk in bytes.utf8_chunks() {
+                    for c in chunk.valid().chars() {
+                        match c {
+                            '\'' | '\\' => write!(f, "\\{c}")?,
+                            c if c.is_control() && (c as u32) < 0x80 => {
+                                write!(f, "\\x{:02x}", c as u32)?
+                            }
+                            c if c.is_control() => {
+                                let mut buf = [0u8; 4];
+                                for b in c.encode_utf8(&mut buf).bytes() {
+                                    write!(f, "\\x{b:02x}")?;
+                                }
+                            }
+                            c => write!(f, "{c}")?,
+                        }
+                    }
+                    for b in chunk.invalid() {
+                        write!(f, "\\x{b:02x}")?;
+                    }
+                }
+                f.write_str("'")
+            }
+        }
+    }
+}
+
 /// Result alias of the store layer.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -353,7 +395,7 @@ impl fmt::Display for StoreError {
                      running writer); nothing was appended, and the mount never truncates: \
                      stop other writers of this session, then run `sessionfs check --repair {}`",
                     Shown(path),
-                    Shown(path)
+                    ShellArg(path)
                 )
             }
             StoreError::Damaged {
@@ -377,10 +419,10 @@ impl fmt::Display for StoreError {
                     // What `check` and the doctor's `trailing_garbage` finding say.
                     write!(
                         f,
-                        "`sessionfs doctor --repair '{}'` cuts the bytes from byte {at} when \
+                        "`sessionfs doctor --repair {}` cuts the bytes from byte {at} when \
                          no complete frame starts in them (else it sets the transcript aside), \
                          keeping a copy of the file in its quarantine folder",
-                        Shown(path)
+                        ShellArg(path)
                     )
                 } else {
                     write!(f, "restore the file from a backup")
@@ -470,6 +512,16 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"inv\xffutf");
+        // The commands suggested quote the path so that bash reads it back.
+        for name in [&b"/r/it's here/s"[..], b"/r/inv\xffutf/a\nb", b"/r/plain"] {
+            let path = Path::new(std::ffi::OsStr::from_bytes(name));
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("printf %s {}", ShellArg(path)))
+                .output()
+                .unwrap();
+            assert_eq!(out.stdout, name, "{}", ShellArg(path));
+        }
         let torn = |p: &str| {
             StoreError::TornTail {
                 path: PathBuf::from(p),

@@ -78,7 +78,15 @@ pub fn project_dir_name(cwd: Option<&str>) -> Result<String> {
 /// Whether `name` is a project directory name sessionfs may create: a
 /// `--…--` key or `_no-cwd` (MOUNT.md, Creating a session).
 pub fn is_project_dir_name(name: &str) -> bool {
-    name == NO_CWD_DIR || (name.len() > 4 && name.starts_with("--") && name.ends_with("--"))
+    is_project_dir_os(std::ffi::OsStr::new(name))
+}
+
+/// [`is_project_dir_name`] for a name as the file system gives it, judged
+/// on its bytes: a `--…--` name that is not UTF-8 is a project directory
+/// too (the mount and `list` take it as one, and find what is in it).
+pub fn is_project_dir_os(name: &std::ffi::OsStr) -> bool {
+    let b = name.as_encoded_bytes();
+    b == NO_CWD_DIR.as_bytes() || (b.len() > 4 && b.starts_with(b"--") && b.ends_with(b"--"))
 }
 
 /// The session directory name of an id (injective, reversible escape).

@@ -196,11 +196,7 @@ impl Quarantine {
 /// file name.
 pub fn root_and_rel(path: &Path) -> (PathBuf, PathBuf) {
     let parts: Vec<&std::ffi::OsStr> = path.iter().collect();
-    let project_like = |n: &std::ffi::OsStr| {
-        let b = n.as_encoded_bytes();
-        b == b"_no-cwd" || (b.len() >= 4 && b.starts_with(b"--") && b.ends_with(b"--"))
-    };
-    if parts.len() >= 4 && project_like(parts[parts.len() - 3]) {
+    if parts.len() >= 4 && super::naming::is_project_dir_os(parts[parts.len() - 3]) {
         let root: PathBuf = parts[..parts.len() - 3].iter().collect();
         let rel: PathBuf = parts[parts.len() - 3..].iter().collect();
         return (root, rel);

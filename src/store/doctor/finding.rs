@@ -184,10 +184,10 @@ impl Finding {
 }
 
 fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
-    let shown = super::super::error::Shown(path).to_string();
+    let shown = super::super::error::ShellArg(path).to_string();
     match remedy {
         Remedy::Repair | Remedy::SetAside | Remedy::Fork => {
-            format!("sessionfs doctor --repair '{shown}'")
+            format!("sessionfs doctor --repair {shown}")
         }
         Remedy::Report => match kind {
             Kind::UnknownEventType => {
@@ -197,10 +197,10 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
                 "none needed here: load it on a system where its cwd is absolute".into()
             }
             Kind::StaleLock => format!(
-                "let the next writer take it over (shared-root protocol), or remove '{shown}' \
+                "let the next writer take it over (shared-root protocol), or remove {shown} \
                  once no writer runs"
             ),
-            _ => format!("restore '{shown}' from a backup"),
+            _ => format!("restore {shown} from a backup"),
         },
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::super::lease::{LeaseConfig, LockBody, BODY_LEN, LOCK_NAME};
-use super::super::naming::is_project_dir_name;
+use super::super::naming::is_project_dir_os;
 use super::super::transcript::Encoding;
 use super::super::{is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp};
 use super::finding::{Finding, Kind};
@@ -113,9 +113,7 @@ pub fn walk_root(root: &Path, now: SystemTime) -> Layout {
     };
     for p in projects {
         let name = p.file_name();
-        let is_project = name
-            .to_str()
-            .is_some_and(|n| n == "_no-cwd" || is_project_dir_name(n));
+        let is_project = is_project_dir_os(&name);
         if !is_project || !p.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }

@@ -143,14 +143,14 @@ pub fn scan_file(path: &Path, raw: bool) -> FileScan {
         ..FileScan::default()
     };
     if let Some(what) = super::super::check::describe_non_regular(path) {
-        let shown = super::super::error::Shown(path).to_string();
+        let shown = super::super::error::ShellArg(path).to_string();
         let fix = if what.starts_with("not a regular file") {
             format!(
-                "move '{shown}' out of the root (the session is not shown until a transcript \
+                "move {shown} out of the root (the session is not shown until a transcript \
                  is there)"
             )
         } else {
-            format!("restore '{shown}' from a backup")
+            format!("restore {shown} from a backup")
         };
         scan.findings
             .push(Finding::new(path, Kind::Unreadable, what).with_fix(fix));
