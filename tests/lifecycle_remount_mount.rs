@@ -278,6 +278,14 @@ fn a_mount_over_a_stopped_daemon_is_refused_in_bounded_time() {
             "no reason given:\n{}",
             other.log()
         );
+        // The stopped mount is named, whatever path led through it.
+        assert!(
+            other
+                .log()
+                .contains(&format!("the mount at {}", mnt.display())),
+            "the stopped mount is not named:\n{}",
+            other.log()
+        );
         other.disown_mount_point();
         drop(other);
     }

@@ -277,12 +277,19 @@ pub fn resolved_bounded(path: &Path) -> Result<PathBuf, String> {
     match run_child_bounded(RESOLVE_SUBCOMMAND, path, PROBE_TIMEOUT) {
         Some(Ok(out)) if !out.is_empty() => Ok(PathBuf::from(std::ffi::OsString::from_vec(out))),
         Some(_) => Ok(resolved(path)),
-        None => Err(format!(
-            "{} passes through a mount whose daemon does not answer (stopped or hung) within \
-             {PROBE_TIMEOUT:?}; unmount it with `umount -l` (or `fusermount3 -u -z`), or \
-             resume that daemon, and retry",
-            path.display()
-        )),
+        None => {
+            // Named from the mount table, which nothing of that mount answers.
+            let which = match super::mount_table::fuse_mount_above(path) {
+                Some(m) => format!("the mount at {}", m.display()),
+                None => "a mount".to_string(),
+            };
+            Err(format!(
+                "{} passes through {which}, whose daemon does not answer (stopped or hung) \
+                 within {PROBE_TIMEOUT:?}; unmount it with `umount -l` (or `fusermount3 -u \
+                 -z`), or resume that daemon, and retry",
+                path.display()
+            ))
+        }
     }
 }
 
