@@ -143,6 +143,11 @@ impl FrameCache {
             .as_ref()
     }
 
+    /// The cap of the decoded bytes held (bytes).
+    pub fn cap_bytes(&self) -> u64 {
+        self.cap_bytes
+    }
+
     /// The cached frame, marked most recently used.
     pub fn get(&self, key: &FrameKey) -> Option<Arc<Vec<u8>>> {
         self.inner.lock().lru.get(key).cloned()

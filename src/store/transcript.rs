@@ -417,13 +417,17 @@ impl Transcript {
         // the first to the read-ahead worker, so that both cores decode
         // (this thread takes the first, then each the worker has not
         // started: the cache decodes a frame once, whoever asks first).
+        // Only when the cache holds them with room to spare: a frame the
+        // worker decoded but the cache could not keep would be decoded
+        // again here.
         if frames.len() > 1 && !self.cache.contains(&(generation, frames[0].0)) {
             let rest: Vec<(usize, IndexedFrame)> = frames[1..]
                 .iter()
                 .filter(|(_, f)| f.plain_len <= LARGE_FRAME)
                 .copied()
                 .collect();
-            if !rest.is_empty() {
+            let rest_bytes: u64 = rest.iter().map(|(_, f)| f.plain_len).sum();
+            if !rest.is_empty() && rest_bytes <= self.cache.cap_bytes() / 4 {
                 self.read_ahead(&file, generation, rest);
             }
         }
