@@ -1,4 +1,5 @@
-//! Issue 12, Must show 1: SIGTERM and SIGINT end the daemon within 5 s,
+//! Issue 12, Must show 1: SIGTERM and SIGINT (and SIGHUP, unless it came
+//! ignored, as under `nohup`) end the daemon within 5 s,
 //! with the mount gone and pending lines committed, with and without
 //! `auto_unmount`, at any moment of start-up; a mount point that contains
 //! ROOT is refused before mounting.
@@ -133,13 +134,15 @@ fn signals_at_twenty_points_of_start_up_end_the_daemon_cleanly() {
     );
 }
 
-/// Lines held in the batch window are committed on SIGTERM and SIGINT,
-/// with and without auto_unmount, and the mount is gone within 5 s.
+/// Lines held in the batch window are committed on SIGTERM, SIGINT and
+/// SIGHUP (a closed terminal), with and without auto_unmount, and the
+/// mount is gone within 5 s.
 #[test]
 fn signals_commit_pending_lines_and_remove_the_mount() {
     for (sig, extra) in [
         (libc::SIGTERM, &[][..]),
         (libc::SIGINT, &[][..]),
+        (libc::SIGHUP, &[][..]),
         (libc::SIGTERM, &["--allow-root", "--auto-unmount"][..]),
         (libc::SIGINT, &["--allow-other", "--auto-unmount"][..]),
     ] {
@@ -173,6 +176,36 @@ fn signals_commit_pending_lines_and_remove_the_mount() {
             "signal {sig} {extra:?}: the pending line was not committed; log:\n{log}"
         );
     }
+}
+
+/// Under `nohup` (SIGHUP ignored from the start) a hang-up leaves the
+/// mount serving; SIGTERM still ends it.
+#[test]
+fn a_hang_up_under_nohup_leaves_the_mount_serving() {
+    let root = corpus_copy("normal");
+    let mnt_dir = mount_point();
+    let mnt = canon(mnt_dir.path());
+    let bin = env!("CARGO_BIN_EXE_sessionfs");
+    let mut args: Vec<&OsStr> = vec![OsStr::new(bin)];
+    args.extend(mount_args(root.path(), &mnt, &[]));
+    let mut d = Daemon::spawn_program("nohup", &args, &mnt);
+    d.wait_mounted(Duration::from_secs(20));
+    d.signal(libc::SIGHUP);
+    // A daemon that took the hang-up would be gone well within this.
+    let ended = wait_until(Duration::from_secs(3), || {
+        !common::is_mounted(&mnt) || d.exited()
+    });
+    assert!(!ended, "the hang-up ended a nohup mount; log:\n{}", d.log());
+    let view = mnt.join("--root--/cwd-root/session.jsonl");
+    assert!(std::fs::metadata(&view).is_ok(), "the mount does not serve");
+    d.signal(libc::SIGTERM);
+    let status = d.wait(EXIT_LIMIT);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}; log:\n{}",
+        d.log()
+    );
+    assert!(!common::is_mounted(&mnt));
 }
 
 /// `sessionfs mount outer/root outer` is refused before anything is

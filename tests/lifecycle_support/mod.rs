@@ -147,7 +147,7 @@ impl Daemon {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // The daemon starts with SIGINT and SIGTERM at their default
+        // The daemon starts with SIGINT, SIGTERM and SIGHUP at their default
         // action, as from an interactive shell: a harness that runs the
         // tests with SIGINT ignored (a background job of a script) would
         // otherwise hand that down through exec, and a signal sent before
@@ -159,6 +159,7 @@ impl Daemon {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                 libc::signal(libc::SIGINT, libc::SIG_DFL);
                 libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
                 Ok(())
             });
         }
