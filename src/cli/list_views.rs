@@ -31,7 +31,7 @@ pub(super) enum ByView {
 pub(super) struct Filters {
     /// Milliseconds since the epoch: sessions created before are left out.
     pub(super) since_ms: Option<i64>,
-    /// Lower-case words that must all occur in the title.
+    /// Words ([`fold`]ed) that must all occur in the title.
     pub(super) title_words: Vec<String>,
 }
 
@@ -47,34 +47,57 @@ impl Filters {
                 return false;
             }
         }
-        let title = f.title.to_lowercase();
+        let title = fold(&f.title);
         self.title_words.iter().all(|w| title.contains(w.as_str()))
     }
 }
 
-/// Parses `--since`: `YYYY-MM-DD` (the start of that day in the local time
-/// zone, `TZ` respected) or an RFC 3339 time (`2026-01-05T09:00:00Z`).
+/// A title or a word as `--grep-title` compares them: NFC (a word typed
+/// in NFD finds a title stored in NFC, and the other way round), then
+/// lower case.
+fn fold(text: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    text.nfc().collect::<String>().to_lowercase()
+}
+
+/// Parses `--since`, in milliseconds since the epoch: `YYYY-MM-DD` (the
+/// start of that day in the local time zone, `TZ` respected), an RFC 3339
+/// time with its offset (`2026-01-05T09:00:00Z`, `…T09:00:00+05:00`), or
+/// a date and time without one (`2026-01-05T09:00`, `2026-01-05 09:00`),
+/// taken in the local time zone.
 ///
 /// Errors: a message naming the value and the accepted forms.
 pub(super) fn parse_since(text: &str) -> Result<i64, String> {
-    if let Ok(date) = text.parse::<jiff::civil::Date>() {
-        if let Ok(z) = date.to_zoned_datetime(TimeZone::system()) {
-            return Ok(z.timestamp().as_millisecond());
-        }
-    }
-    text.parse::<jiff::Timestamp>()
-        .map(|t| t.as_millisecond())
-        .map_err(|_| {
-            format!(
-                "--since {text:?}: expected a date YYYY-MM-DD (local time) or a time like \
-                 2026-01-05T09:00:00Z"
-            )
-        })
+    let text = text.trim();
+    let local = |dt: jiff::civil::DateTime| {
+        dt.to_zoned_datetime(TimeZone::system())
+            .ok()
+            .map(|z| z.timestamp().as_millisecond())
+    };
+    // A bare date only: jiff's date parser also takes a whole date-time
+    // (and would drop its time and offset).
+    let bare_date = text.len() == 10 && text.as_bytes()[4] == b'-' && text.as_bytes()[7] == b'-';
+    let parsed = if bare_date {
+        text.parse::<jiff::civil::Date>()
+            .ok()
+            .and_then(|d| local(d.to_datetime(jiff::civil::Time::midnight())))
+    } else if let Ok(t) = text.parse::<jiff::Timestamp>() {
+        Some(t.as_millisecond())
+    } else {
+        text.parse::<jiff::civil::DateTime>().ok().and_then(local)
+    };
+    parsed.ok_or_else(|| {
+        format!(
+            "--since {text:?}: expected a date YYYY-MM-DD (local time), a time with its offset \
+             like 2026-01-05T09:00:00Z or 2026-01-05T09:00:00+05:00, or a local date and time \
+             like 2026-01-05T09:00"
+        )
+    })
 }
 
 /// Lower-case words of `--grep-title`.
 pub(super) fn title_words(text: &str) -> Vec<String> {
-    text.split_whitespace().map(str::to_lowercase).collect()
+    text.split_whitespace().map(fold).collect()
 }
 
 /// The sessions that pass `filters`, as (project, session) directory
@@ -150,4 +173,52 @@ fn write_dir(
         stack.push((child, depth + 1));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_767_670_200_000; // 2026-01-06T03:30:00Z
+
+    #[test]
+    fn since_takes_the_offset_of_an_rfc3339_time() {
+        assert_eq!(parse_since("2026-01-06T03:30:00Z"), Ok(T));
+        assert_eq!(parse_since("2026-01-06T03:30:00+00:00"), Ok(T));
+        assert_eq!(parse_since("2026-01-06T08:30:00+05:00"), Ok(T));
+        assert_eq!(parse_since("2026-01-05T22:30:00-05:00"), Ok(T));
+        // Without an offset: local time, with its time of day kept.
+        let local = |s: &str| {
+            s.parse::<jiff::civil::DateTime>()
+                .unwrap()
+                .to_zoned_datetime(TimeZone::system())
+                .unwrap()
+                .timestamp()
+                .as_millisecond()
+        };
+        assert_eq!(
+            parse_since("2026-01-06 03:30"),
+            Ok(local("2026-01-06T03:30"))
+        );
+        assert_eq!(
+            parse_since("2026-01-06T03:30"),
+            Ok(local("2026-01-06T03:30"))
+        );
+        assert_eq!(parse_since("2026-01-06"), Ok(local("2026-01-06T00:00")));
+        assert!(parse_since("yesterday").is_err());
+        assert!(parse_since("2026-13-01").is_err());
+    }
+
+    #[test]
+    fn title_words_match_whatever_the_unicode_spelling() {
+        let nfd = "u\u{308}nu\u{308}";
+        let nfc = "\u{fc}n\u{fc}";
+        for (word, title) in [(nfd, nfc), (nfc, nfd), ("ÜN", nfc)] {
+            let words = title_words(word);
+            assert!(
+                fold(&format!("Fix {title} tests")).contains(words[0].as_str()),
+                "{word:?} in {title:?}"
+            );
+        }
+    }
 }
