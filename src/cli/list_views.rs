@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use jiff::tz::TimeZone;
 
 use crate::store::error::Shown;
 use crate::store::views::{ViewCatalog, ViewFacts, ViewKind, ViewSnapshot};
@@ -70,7 +69,7 @@ fn fold(text: &str) -> String {
 pub(super) fn parse_since(text: &str) -> Result<i64, String> {
     let text = text.trim();
     let local = |dt: jiff::civil::DateTime| {
-        dt.to_zoned_datetime(TimeZone::system())
+        dt.to_zoned_datetime(crate::store::zone::local_zone())
             .ok()
             .map(|z| z.timestamp().as_millisecond())
     };
@@ -120,7 +119,10 @@ pub(super) fn filtered(
         .iter()
         .map(|f| (f.project.to_os_string(), f.session.to_os_string()))
         .collect();
-    Ok((set, ViewSnapshot::build(kept, &TimeZone::system())))
+    Ok((
+        set,
+        ViewSnapshot::build(kept, &crate::store::zone::local_zone()),
+    ))
 }
 
 /// Prints the tree of `view` in `snap`: directories end in `/`, links
@@ -191,7 +193,7 @@ mod tests {
         let local = |s: &str| {
             s.parse::<jiff::civil::DateTime>()
                 .unwrap()
-                .to_zoned_datetime(TimeZone::system())
+                .to_zoned_datetime(crate::store::zone::local_zone())
                 .unwrap()
                 .timestamp()
                 .as_millisecond()

@@ -33,6 +33,7 @@ pub mod tail;
 pub mod title;
 pub mod transcript;
 pub mod views;
+pub mod zone;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;

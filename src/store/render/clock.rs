@@ -9,7 +9,7 @@ use jiff::Timestamp;
 
 fn zone() -> &'static TimeZone {
     static ZONE: OnceLock<TimeZone> = OnceLock::new();
-    ZONE.get_or_init(TimeZone::system)
+    ZONE.get_or_init(crate::store::zone::local_zone)
 }
 
 /// Names the time zone renderings are made in: its IANA name, else the

@@ -140,7 +140,7 @@ impl ViewCatalog {
             }),
             persist,
             max_age,
-            zone: TimeZone::system(),
+            zone: crate::store::zone::local_zone(),
             cache: Arc::new(FrameCache::new(TITLE_CACHE)),
         }
     }

@@ -1,0 +1,99 @@
+//! The local time zone of the process, as `TZ` names it (else the
+//! system's), for the views' dates and the renderings' clock times.
+//!
+//! `jiff` reads `TZ` as a tzdb name, a TZif file or a POSIX string with
+//! its rules. A POSIX string with a DST name but no rule (`CET-1CEST`,
+//! `EST5EDT`), which POSIX leaves to the implementation, is read as glibc
+//! reads it (`date(1)`, `ls -l`): with the default rule of its
+//! `posixrules`, the US one (`M3.2.0,M11.1.0`). A `TZ` that cannot be read
+//! at all gives UTC, with one warning in the log.
+
+use std::sync::OnceLock;
+
+use jiff::tz::TimeZone;
+
+/// glibc's rule for a POSIX `TZ` with a DST name but no rule.
+const GLIBC_DEFAULT_RULE: &str = "M3.2.0,M11.1.0";
+
+/// The process's time zone (read once).
+pub fn local_zone() -> TimeZone {
+    static ZONE: OnceLock<TimeZone> = OnceLock::new();
+    ZONE.get_or_init(|| match TimeZone::try_system() {
+        Ok(zone) => zone,
+        Err(e) => match std::env::var("TZ") {
+            Ok(v) => without_rule(&v).unwrap_or_else(|| {
+                log::warn!(
+                    "TZ={v:?} is not a time zone sessionfs can read ({e}); times are shown in UTC"
+                );
+                TimeZone::UTC
+            }),
+            Err(_) => TimeZone::UTC,
+        },
+    })
+    .clone()
+}
+
+/// A POSIX `TZ` with a DST name but no rule, read with glibc's default
+/// rule; `None` for anything else.
+fn without_rule(tz: &str) -> Option<TimeZone> {
+    if tz.contains(',') {
+        return None;
+    }
+    TimeZone::posix(&format!("{tz},{GLIBC_DEFAULT_RULE}")).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::Timestamp;
+
+    fn offset_at(tz: &TimeZone, rfc3339: &str) -> i32 {
+        let t: Timestamp = rfc3339.parse().unwrap();
+        tz.to_offset(t).seconds()
+    }
+
+    #[test]
+    fn a_posix_tz_without_a_rule_is_read_as_glibc_reads_it() {
+        let cet = without_rule("CET-1CEST").unwrap();
+        assert_eq!(offset_at(&cet, "1970-01-01T00:00:00Z"), 3600);
+        // glibc's default rule: DST from the second Sunday of March.
+        assert_eq!(offset_at(&cet, "2026-03-20T12:00:00Z"), 7200);
+        assert_eq!(offset_at(&cet, "2026-11-20T12:00:00Z"), 3600);
+        let est = without_rule("EST5EDT").unwrap();
+        assert_eq!(offset_at(&est, "2026-01-05T12:00:00Z"), -5 * 3600);
+        // Strings with a rule are jiff's to read; names are no POSIX
+        // strings.
+        assert!(without_rule("CET-1CEST,M3.5.0,M10.5.0/3").is_none());
+        assert!(without_rule("garbage zone").is_none());
+    }
+
+    /// The same as date(1), which reads TZ through glibc.
+    #[test]
+    fn a_posix_tz_agrees_with_date() {
+        for tz in ["CET-1CEST", "EST5EDT", "CET-1"] {
+            for t in [
+                "2026-01-05T12:00:00Z",
+                "2026-03-20T12:00:00Z",
+                "2026-07-01T12:00:00Z",
+            ] {
+                let out = std::process::Command::new("date")
+                    .env("TZ", tz)
+                    .args(["-d", t, "+%z"])
+                    .output()
+                    .unwrap();
+                let z = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                let zone = without_rule(tz)
+                    .or_else(|| TimeZone::posix(tz).ok())
+                    .unwrap();
+                let secs = offset_at(&zone, t);
+                let ours = format!(
+                    "{}{:02}{:02}",
+                    if secs < 0 { '-' } else { '+' },
+                    secs.abs() / 3600,
+                    secs.abs() % 3600 / 60
+                );
+                assert_eq!(ours, z, "TZ={tz} at {t}");
+            }
+        }
+    }
+}
