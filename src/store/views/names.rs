@@ -27,6 +27,12 @@ pub const NO_CWD: &str = "_no-cwd";
 /// holds.
 pub const CWD_MAX: usize = 4096;
 
+/// Most components of a usable cwd: a link `depth + 1` directories down in
+/// `.by-cwd` points `../` that many times, then at most 511 bytes of
+/// project and session names, and a link's target must stay under
+/// `PATH_MAX` (4096) bytes, or the kernel refuses it (`readlink` fails).
+pub const CWD_MAX_DEPTH: usize = 1000;
+
 /// Characters of the short id.
 const SHORT_ID_CHARS: usize = 8;
 
@@ -57,10 +63,11 @@ pub fn cut_to_bytes(s: &str, max: usize) -> &str {
 /// and trailing slashes collapsed; `/` is the empty list (the top of
 /// `.by-cwd`). A Windows path (`C:\Users\dev`) keeps its drive as the first
 /// component (`C:`, `Users`, `dev`). A missing, empty or relative cwd gives
-/// `[_no-cwd]`, and so does one longer than [`CWD_MAX`] bytes. Components
-/// are escaped as the module says.
+/// `[_no-cwd]`, and so does one that no file system could hold: longer
+/// than [`CWD_MAX`] bytes, holding a NUL, or deeper than [`CWD_MAX_DEPTH`]
+/// components. Components are escaped as the module says.
 pub fn cwd_components(cwd: Option<&str>) -> Vec<String> {
-    let Some(cwd) = cwd.filter(|c| !c.is_empty() && c.len() <= CWD_MAX) else {
+    let Some(cwd) = cwd.filter(|c| !c.is_empty() && c.len() <= CWD_MAX && !c.contains('\0')) else {
         return vec![NO_CWD.to_string()];
     };
     let cwd = nfc(cwd);
@@ -76,6 +83,9 @@ pub fn cwd_components(cwd: Option<&str>) -> Vec<String> {
     } else {
         return vec![NO_CWD.to_string()];
     };
+    if raw.len() > CWD_MAX_DEPTH {
+        return vec![NO_CWD.to_string()];
+    }
     raw.iter()
         .enumerate()
         .map(|(i, c)| escape_component(c, i == 0, i == 0 && windows))
@@ -181,6 +191,15 @@ mod tests {
             ["C:", "Users", "dev", "repo"]
         );
         assert_eq!(cwd_components(Some("/C:/x")), ["%25C:", "x"]);
+        // No file system holds these: listed with the cwd-less sessions.
+        assert_eq!(cwd_components(Some("/t/a\0b")), [NO_CWD]);
+        let deep = "/z".repeat(CWD_MAX_DEPTH + 1);
+        assert_eq!(cwd_components(Some(&deep)), [NO_CWD]);
+        let deepest = "/z".repeat(CWD_MAX_DEPTH);
+        assert_eq!(cwd_components(Some(&deepest)).len(), CWD_MAX_DEPTH);
+        // Its links' targets stay under PATH_MAX.
+        let longest_target = 3 * (CWD_MAX_DEPTH + 1) + 2 * NAME_MAX + 1;
+        assert!(longest_target < 4096, "{longest_target}");
         assert_eq!(cwd_components(None), [NO_CWD]);
         assert_eq!(cwd_components(Some("")), [NO_CWD]);
         assert_eq!(cwd_components(Some("rel/path")), [NO_CWD]);
