@@ -33,6 +33,29 @@ impl<'a> J<'a> {
         serde_json::from_slice(bytes)
     }
 
+    /// The value of a `serde_json::Value` (strings owned). Recurses once
+    /// per level of `v`: only for values whose depth the store's scanner
+    /// bounded ([`crate::store::json::KEPT_DEPTH`]).
+    pub fn from_value(v: serde_json::Value) -> J<'static> {
+        use serde_json::Value as V;
+        match v {
+            V::Null => J::Null,
+            V::Bool(b) => J::Bool(b),
+            V::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => J::U64(u),
+                (None, Some(i)) => J::I64(i),
+                _ => J::F64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            V::String(s) => J::Str(Cow::Owned(s)),
+            V::Array(a) => J::Arr(a.into_iter().map(J::from_value).collect()),
+            V::Object(o) => J::Obj(
+                o.into_iter()
+                    .map(|(k, v)| (Cow::Owned(k), J::from_value(v)))
+                    .collect(),
+            ),
+        }
+    }
+
     /// The value of `key` in an object (the last one of a repeated key, as
     /// `JSON.parse` keeps).
     pub fn get(&self, key: &str) -> Option<&J<'a>> {

@@ -19,9 +19,25 @@ const READ_CHUNK: u32 = 512 << 10;
 /// A line parsed for [`Renderer::parsed_line`], or why it cannot be.
 pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
 
-/// Parses one line (without its `\n`) for [`Renderer::parsed_line`].
+/// Parses one line (without its `\n`) for [`Renderer::parsed_line`]. A
+/// line nested deeper than serde_json goes (128 levels), which the
+/// reference's `JSON.parse` reads, is read by the store's iterative
+/// scanner instead ([`super::super::json`]): its top-level members, and
+/// `data` down to [`super::super::json::KEPT_DEPTH`] levels, deeper
+/// containers shown empty; the rendering goes on after it.
 pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
-    J::parse(line).map_err(|e| format!("the line is not valid JSON ({e})"))
+    J::parse(line).or_else(|e| {
+        if e.to_string().starts_with("recursion limit exceeded") {
+            if let Ok(members) = super::super::json::parse_object_keeping(
+                line,
+                super::super::json::Utf8::Replace,
+                &["data"],
+            ) {
+                return Ok(J::from_value(serde_json::Value::Object(members)));
+            }
+        }
+        Err(format!("the line is not valid JSON ({e})"))
+    })
 }
 
 /// Lines of a chunk parsed on a second thread when the chunk holds more

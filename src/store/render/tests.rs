@@ -189,3 +189,22 @@ fn events_before_the_first_user_message_follow_the_title_given() {
         "{md}"
     );
 }
+
+/// A line nested deeper than serde_json goes (the reference reads any
+/// depth) is rendered from its top-level members, and what follows it is
+/// rendered too.
+#[test]
+fn a_line_nested_deeper_than_serde_json_goes_does_not_stop_the_rendering() {
+    let start = r#"{"type":"turn/start","seq":0,"time":1767614401000,"data":{"turn":1}}"#;
+    let user = r#"{"type":"user/message","seq":1,"time":1767614401000,"data":{"id":"m","role":"user","content":[{"type":"text","text":"Hello"}],"source":{"kind":"user"}}}"#;
+    let deep = format!(
+        r#"{{"type":"x-deep","seq":2,"time":1767614402000,"ignorable":true,"data":{{"d":{}1{}}}}}"#,
+        "[".repeat(3000),
+        "]".repeat(3000)
+    );
+    let after = r#"{"type":"x/after","seq":3}"#;
+    let md = render(&[HEADER, start, user, &deep, after]);
+    assert!(!md.contains("Rendering stopped"), "{md}");
+    assert!(md.contains("`x-deep` event, seq 2"), "{md}");
+    assert!(md.ends_with("- `x/after` event, seq 3\n\n"), "{md}");
+}
