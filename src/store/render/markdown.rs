@@ -44,7 +44,7 @@ pub fn fence(out: &mut Vec<u8>, info: &str, body: &str) {
     out.extend_from_slice(ticks.as_bytes());
     out.extend_from_slice(info.as_bytes());
     out.push(b'\n');
-    out.extend_from_slice(body.as_bytes());
+    super::push(out, body);
     if !body.is_empty() && !body.ends_with('\n') {
         out.push(b'\n');
     }

@@ -65,8 +65,9 @@ pub use reader::{parse_line, render_range, ParsedLine};
 use show::{content_blocks, request_header, todo_write, tool_call, tool_result, turn_end};
 
 /// Version of the rendering; a cached rendering of another version is
-/// rebuilt.
-pub const RENDER_FORMAT: u32 = 2;
+/// rebuilt (3: control characters shown, lines deeper than serde_json
+/// goes rendered).
+pub const RENDER_FORMAT: u32 = 3;
 
 /// Lines of a tool result shown at most; the rest is summarized.
 pub const RESULT_MAX_LINES: usize = 40;
@@ -146,8 +147,32 @@ pub(super) fn str_of<'a>(v: &'a J, key: &str) -> Option<&'a str> {
     v.get(key).and_then(J::as_str)
 }
 
+/// Appends `s` with its control characters made visible, so that `cat
+/// session.md` sends a terminal no escape sequence and `grep` sees text:
+/// C0 controls other than tab and newline as their Control Pictures
+/// (ESC as `␛`, NUL as `␀`), DEL as `␡`, C1 controls as U+FFFD; a CR before
+/// a newline is dropped (CRLF text shows as lines).
 pub(super) fn push(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(s.as_bytes());
+    let plain = !s
+        .bytes()
+        .any(|b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f || b == 0xc2);
+    if plain {
+        out.extend_from_slice(s.as_bytes());
+        return;
+    }
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let shown = match c {
+            '\r' if chars.peek() == Some(&'\n') => continue,
+            '\n' | '\t' => c,
+            c if (c as u32) < 0x20 => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+            '\u{7f}' => '\u{2421}',
+            '\u{80}'..='\u{9f}' => '\u{fffd}',
+            c => c,
+        };
+        let mut buf = [0u8; 4];
+        out.extend_from_slice(shown.encode_utf8(&mut buf).as_bytes());
+    }
 }
 
 impl Renderer {

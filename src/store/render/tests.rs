@@ -208,3 +208,22 @@ fn a_line_nested_deeper_than_serde_json_goes_does_not_stop_the_rendering() {
     assert!(md.contains("`x-deep` event, seq 2"), "{md}");
     assert!(md.ends_with("- `x/after` event, seq 3\n\n"), "{md}");
 }
+
+/// Control characters of a transcript's text reach session.md visible, not
+/// as bytes a terminal would act on.
+#[test]
+fn control_characters_are_shown_not_sent() {
+    let start = r#"{"type":"turn/start","seq":0,"time":1767614401000,"data":{"turn":1}}"#;
+    let user = r#"{"type":"user/message","seq":1,"time":1767614401000,"data":{"id":"m","role":"user","content":[{"type":"text","text":"esc \u001b[31mRED\u001b[0m nul \u0000 bell \u0007 del \u007f csi \u009b crlf a\r\nb"}],"source":{"kind":"user"}}}"#;
+    let md = render(&[HEADER, start, user]);
+    assert!(
+        !md.bytes()
+            .any(|b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f),
+        "{md:?}"
+    );
+    assert!(!md.contains('\u{9b}'), "{md:?}");
+    assert!(
+        md.contains("esc \u{241b}[31mRED\u{241b}[0m nul \u{2400} bell \u{2407} del \u{2421} csi \u{fffd} crlf a\nb"),
+        "{md:?}"
+    );
+}
