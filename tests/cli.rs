@@ -226,6 +226,37 @@ fn list_shows_what_the_reference_lists() {
     assert_eq!(dot["createdAt"], "2026-01-05T14:00:00.000Z");
 }
 
+/// A project or session directory given as ROOT is named for what it is,
+/// as `check` names it, not taken for a root of retired flat files.
+#[test]
+fn a_project_or_session_directory_given_as_root_is_named_for_what_it_is() {
+    let f = Fixture::corpus("normal");
+    let project = f.root.join("--root--");
+    let session = f.root.join("--home-alice-work-app--/Session-A");
+    for (dir, what) in [
+        (&project, "a project directory"),
+        (&session, "a session directory"),
+    ] {
+        for cmd in [
+            &["list"][..],
+            &["locate", "--", "Session-A"][..],
+            &["cat", "--", "Session-A"][..],
+        ] {
+            let mut args: Vec<&OsStr> = vec![OsStr::new(cmd[0]), dir.as_os_str()];
+            args.extend(cmd[1..].iter().map(OsStr::new).filter(|a| *a != "--"));
+            let o = f.run(&args);
+            assert_exit(&o, 1);
+            let err = stderr(&o);
+            assert!(
+                err.contains(&format!("{what}, not a session store root")),
+                "{cmd:?} {}: {err}",
+                dir.display()
+            );
+            assert!(!err.contains("flat-file"), "{err}");
+        }
+    }
+}
+
 #[test]
 fn list_reports_a_bad_session_and_lists_the_others() {
     let f = Fixture::corpus("corrupt-header");

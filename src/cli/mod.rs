@@ -332,6 +332,12 @@ pub(super) fn output_result(r: io::Result<()>) -> u8 {
 
 /// Resolves ROOT once and opens the store on its I/O path.
 pub(super) fn open_store(root: &Path) -> Result<(IdentityRoot, Store), u8> {
+    if let Some(why) = crate::store::check::not_a_root(root) {
+        return Err(fail(format_args!(
+            "{}: {why}",
+            crate::store::error::Shown(root)
+        )));
+    }
     let identity = IdentityRoot::resolve(root).map_err(fail)?;
     let store = Store::open(identity.io_path(), StoreOptions::default()).map_err(fail)?;
     Ok((identity, store))

@@ -581,6 +581,29 @@ fn holds_transcript_entry(dir: &Path) -> bool {
         .is_ok_and(|mut it| it.any(|e| e.is_ok_and(|e| is_transcript_name(&e.file_name()))))
 }
 
+/// Why the directory `path`, given as a session store root, is not one,
+/// judged cheaply (no walk of the root): it holds a transcript itself (a
+/// session directory), or it is named like a project directory and a
+/// directory in it holds one (a project directory). `None` otherwise.
+pub fn not_a_root(path: &Path) -> Option<&'static str> {
+    if holds_transcript_entry(path) {
+        return Some(
+            "a session directory, not a session store root: give the root (the directory \
+             that holds its project directory)",
+        );
+    }
+    let project_named = path
+        .file_name()
+        .is_some_and(super::naming::is_project_dir_os);
+    if project_named && subdirs(path).iter().any(|d| holds_transcript_entry(d)) {
+        return Some(
+            "a project directory, not a session store root: give the root (the directory \
+             that holds it)",
+        );
+    }
+    None
+}
+
 /// Classifies a path given to `check`.
 pub fn classify(path: &Path) -> CheckTarget {
     match fs::metadata(path) {
