@@ -92,10 +92,10 @@ fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
     // Refusals leave every file as it was and create nothing.
     let refusals: [(&str, String, i32, &str); 6] = [
         (
-            "a header for a body-only match is not a new session",
+            "a header for a body-only match is not a new session, and says which it found",
             header_line(CSE_X, Some(CWD), CREATED),
             1,
-            "header",
+            "names the existing session",
         ),
         (
             "a gap in seq",

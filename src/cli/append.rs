@@ -77,7 +77,10 @@ pub fn run(root: &std::path::Path, id: &str, input: &mut dyn BufRead) -> u8 {
                 {
                     *line += lines_before;
                 }
-                eprintln!("sessionfs: stdin: {e}; nothing of this batch was stored");
+                eprintln!(
+                    "sessionfs: stdin: {e}; nothing of this batch was stored{}",
+                    taken_by_body(&root, id, &e)
+                );
                 return EXIT_ERROR;
             }
             if let Err(e) = writer.commit() {
@@ -90,6 +93,30 @@ pub fn run(root: &std::path::Path, id: &str, input: &mut dyn BufRead) -> u8 {
         if at_end {
             return EXIT_OK;
         }
+    }
+}
+
+/// For a header refused in the first line because `id` found an existing
+/// session by its body (IDENTITY.md §2), a sentence saying which; else
+/// nothing.
+fn taken_by_body(root: &Root, id: &str, e: &Error) -> String {
+    let Error::Store(StoreError::InvalidLine {
+        line: 1, reason, ..
+    }) = e
+    else {
+        return String::new();
+    };
+    if !reason.contains("header") {
+        return String::new();
+    }
+    match root.find(id) {
+        Ok(s) if s.id() != id => format!(
+            ". The id {id:?} names the existing session {:?} (the same part after the last \
+             '_'), so its lines continue that session; a new session needs an id no session \
+             has, exactly or by that part",
+            s.id()
+        ),
+        _ => String::new(),
     }
 }
 
