@@ -131,6 +131,12 @@ pub(super) fn parse(mount: &clap::Command, values: &[String]) -> Result<MountOpt
             .push(item.split('=').next().unwrap_or(item).to_string());
         out.flags.push(flag);
     }
+    // The last of `ro` and `rw` wins, as with mount(8): a later `rw`
+    // takes back an earlier `ro`.
+    if out.read_only == Some(false) {
+        out.flags.retain(|f| f != "--read-only");
+        out.sessionfs_options.retain(|o| o != "ro");
+    }
     Ok(out)
 }
 
@@ -284,6 +290,16 @@ mod tests {
         ] {
             assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
         }
+    }
+
+    #[test]
+    fn the_last_of_ro_and_rw_wins() {
+        let o = parse_one("ro,rw").unwrap();
+        assert_eq!(o.read_only, Some(false));
+        assert!(o.flags.is_empty(), "{:?}", o.flags);
+        let o = parse(&mount(), &["rw".into(), "batch_ms=0,ro".into()]).unwrap();
+        assert_eq!(o.read_only, Some(true));
+        assert_eq!(o.flags, ["--batch-ms=0", "--read-only"].map(OsString::from));
     }
 
     #[test]
