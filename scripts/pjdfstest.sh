@@ -15,8 +15,12 @@ if [ ! -x "$pjd_root/bin/pjdfstest" ]; then
   cargo install pjdfstest --version 0.2.2 --locked --root "$pjd_root"
 fi
 cargo build --release --bin sessionfs
-work=$(mktemp -d)
-mnt="$work/mnt"
+# Short paths: pjdfstest binds Unix sockets two temporary directories
+# below the test directory, and a socket's path must fit in 108 bytes; the
+# root's path is as long as the mount point's, so that a path pjdfstest
+# makes just under PATH_MAX is as long on the backing file system.
+work=$(mktemp -d /tmp/pjXXXX)
+mnt="$work/m"
 pid=
 cleanup() {
   if grep -qs " $mnt " /proc/self/mounts; then timeout 10 umount "$mnt" || umount -l "$mnt"; fi
@@ -24,7 +28,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-cp -r ../shared/corpus/normal/root "$work/root"
+cp -r ../shared/corpus/normal/root "$work/r"
 mkdir "$mnt"
 cat > "$work/pjd.toml" <<'TOML'
 [features]
@@ -38,11 +42,11 @@ allow_remount = false
 [dummy_auth]
 entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
 TOML
-target/release/sessionfs mount "$work/root" "$mnt" --allow-other 2>"$work/log" &
+target/release/sessionfs mount "$work/r" "$mnt" --allow-other 2>"$work/log" &
 pid=$!
 for _ in $(seq 100); do grep -qs " $mnt " /proc/self/mounts && break; sleep 0.1; done
 grep -qs " $mnt " /proc/self/mounts || { cat "$work/log"; exit 1; }
-dir="$mnt/--home-alice-work-app--/Session-A/pjd"
+dir="$mnt/--home-alice-work-app--/Session-A/p"
 mkdir "$dir"
 [ $# -gt 0 ] || set -- rename link symlink
 # The report's failures and summary (pjdfstest exits 1 when anything
