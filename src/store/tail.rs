@@ -174,20 +174,26 @@ mod tests {
         ] {
             bytes.extend(encode_frame(part).unwrap());
         }
-        let mut index = FrameIndex::new();
-        let mut decoded = 0;
-        index
-            .extend(&bytes[..], bytes.len() as u64, &mut decoded)
-            .unwrap();
-        let mut tmp = tempfile::NamedTempFile::new().unwrap();
-        tmp.write_all(&bytes).unwrap();
-        let file = File::open(tmp.path()).unwrap();
+        let (tmp, file, index) = indexed_file(&bytes);
         let line = last_complete_line(tmp.path(), &file, &index)
             .unwrap()
             .map(|(line, _)| line);
         assert_eq!(line.as_deref(), Some(&b"{\"type\":\"x\",\"seq\":1}\n"[..]));
         let next = next_seq_from_last_line(tmp.path(), line.as_deref(), 0).unwrap();
         assert_eq!(next, 2);
+    }
+
+    /// `bytes` in a temporary file, open, with its frame index.
+    fn indexed_file(bytes: &[u8]) -> (tempfile::NamedTempFile, File, FrameIndex) {
+        let mut index = FrameIndex::new();
+        let mut decoded = 0;
+        index
+            .extend(bytes, bytes.len() as u64, &mut decoded)
+            .unwrap();
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(bytes).unwrap();
+        let file = File::open(tmp.path()).unwrap();
+        (tmp, file, index)
     }
 
     #[test]
@@ -224,14 +230,7 @@ mod tests {
         let mut bytes = encode_frame(b"h\n").unwrap();
         let frame_at = bytes.len() as u64;
         bytes.extend(encode_frame(long.as_bytes()).unwrap());
-        let mut index = FrameIndex::new();
-        let mut decoded = 0;
-        index
-            .extend(&bytes[..], bytes.len() as u64, &mut decoded)
-            .unwrap();
-        let mut tmp = tempfile::NamedTempFile::new().unwrap();
-        tmp.write_all(&bytes).unwrap();
-        let file = File::open(tmp.path()).unwrap();
+        let (tmp, file, index) = indexed_file(&bytes);
         let e = last_complete_line(tmp.path(), &file, &index).unwrap_err();
         assert!(
             matches!(e, StoreError::LastLineTooLong { offset, .. } if offset == frame_at),
