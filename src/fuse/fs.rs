@@ -890,7 +890,12 @@ impl SessionFs {
                 let (project, session) = split_session_dir(&dir);
                 match self.store.transcript(project, session) {
                     Ok(t) => self.read_transcript(ino, &t, offset, size),
-                    Err(StoreError::NotFound { .. }) => Ok(self.pending_view(ino, 0, offset, size)),
+                    Err(StoreError::NotFound { .. }) => Ok(pending_slice(
+                        self.pending_bytes_of(ino).as_deref(),
+                        0,
+                        offset,
+                        size,
+                    )),
                     Err(e) => Err(e.into()),
                 }
             }
@@ -931,11 +936,34 @@ impl SessionFs {
             self.commit_pending_of(ino);
         }
         let mut data = t.read(offset, size)?;
-        let got_to = offset + data.len() as u64;
-        if got_to < end {
-            let committed = t.cached_attr().plain_len;
+        // The rest comes from this mount's pending bytes, which start where
+        // the committed transcript ends. A commit may land while they are
+        // taken (the batch window's thread): the pending bytes are taken
+        // twice around a re-stat of the transcript, and only an unchanged
+        // pair is used; else the committed bytes are read first. A short
+        // reply is the last resort (the kernel zero-fills past it within
+        // the size it knows).
+        for _ in 0..PENDING_READ_TRIES {
+            let got_to = offset + data.len() as u64;
+            if got_to >= end {
+                break;
+            }
             let rest = (end - got_to) as u32;
-            data.extend(self.pending_view(ino, committed, got_to, rest));
+            let before = self.pending_bytes_of(ino);
+            let committed = t.refresh()?.plain_len;
+            if committed > got_to {
+                let more = t.read(got_to, rest)?;
+                if more.is_empty() {
+                    break;
+                }
+                data.extend(more);
+                continue;
+            }
+            if self.pending_bytes_of(ino) != before {
+                continue;
+            }
+            data.extend(pending_slice(before.as_deref(), committed, got_to, rest));
+            break;
         }
         Ok(data)
     }
@@ -970,25 +998,16 @@ impl SessionFs {
         }
     }
 
-    /// Bytes `[offset, offset + size)` of the uncommitted tail of `ino`,
-    /// which starts at view offset `committed`: the pending bytes of its
-    /// one writer that has some (none when several have).
-    fn pending_view(&self, ino: u64, committed: u64, offset: u64, size: u32) -> Vec<u8> {
-        let pending: Vec<Vec<u8>> = self
-            .writers_of(ino)
+    /// The uncommitted tail of `ino`: the pending bytes of its one writer
+    /// that has some; `None` when none or several have.
+    fn pending_bytes_of(&self, ino: u64) -> Option<Vec<u8>> {
+        let writers = self.writers_of(ino);
+        let mut pending = writers
             .iter()
             .map(|w| w.pending_bytes())
-            .filter(|p| !p.is_empty())
-            .collect();
-        let [only] = pending.as_slice() else {
-            return Vec::new();
-        };
-        let from = offset.saturating_sub(committed) as usize;
-        if offset < committed || from >= only.len() {
-            return Vec::new();
-        }
-        let to = (from + size as usize).min(only.len());
-        only[from..to].to_vec()
+            .filter(|p| !p.is_empty());
+        let only = pending.next()?;
+        pending.next().is_none().then_some(only)
     }
 
     /// Forgets a file handle; a writer commits what is pending first
@@ -1311,6 +1330,24 @@ fn cookie_of(name: &OsStr) -> u64 {
 }
 
 /// Target of `.by-id/<name>`: `../<project>/<session>`.
+/// Rounds of [`SessionFs::read_transcript`]'s pending-bytes read before
+/// a short reply.
+const PENDING_READ_TRIES: usize = 4;
+
+/// Bytes `[offset, offset + size)` of the view out of `pending`, the
+/// uncommitted tail that starts at view offset `committed`.
+fn pending_slice(pending: Option<&[u8]>, committed: u64, offset: u64, size: u32) -> Vec<u8> {
+    let Some(only) = pending else {
+        return Vec::new();
+    };
+    let from = offset.saturating_sub(committed) as usize;
+    if offset < committed || from >= only.len() {
+        return Vec::new();
+    }
+    let to = (from + size as usize).min(only.len());
+    only[from..to].to_vec()
+}
+
 fn by_id_target(project: &OsStr, session: &OsStr) -> OsString {
     let mut t = OsString::from("../");
     t.push(project);
