@@ -950,13 +950,18 @@ impl SessionFs {
             }
             let rest = (end - got_to) as u32;
             let before = self.pending_bytes_of(ino);
-            let committed = t.refresh()?.plain_len;
+            // The reply so far stands when the transcript cannot be read
+            // further (damage, a frame failing its checksum: the short read
+            // that serves the bytes before it).
+            let Ok(attr) = t.refresh() else {
+                break;
+            };
+            let committed = attr.plain_len;
             if committed > got_to {
-                let more = t.read(got_to, rest)?;
-                if more.is_empty() {
-                    break;
+                match t.read(got_to, rest) {
+                    Ok(more) if !more.is_empty() => data.extend(more),
+                    _ => break,
                 }
-                data.extend(more);
                 continue;
             }
             if self.pending_bytes_of(ino) != before {
