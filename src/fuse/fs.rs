@@ -936,6 +936,11 @@ impl SessionFs {
             self.commit_pending_of(ino);
         }
         let mut data = t.read(offset, size)?;
+        if offset + data.len() as u64 >= end || self.writers_of(ino).is_empty() {
+            // Whole, or nothing of this mount pending: `t.read` saw the
+            // transcript as it is (it re-stats reads past its known end).
+            return Ok(data);
+        }
         // The rest comes from this mount's pending bytes, which start where
         // the committed transcript ends. A commit may land while they are
         // taken (the batch window's thread): the pending bytes are taken
@@ -1334,7 +1339,6 @@ fn cookie_of(name: &OsStr) -> u64 {
     }
 }
 
-/// Target of `.by-id/<name>`: `../<project>/<session>`.
 /// Rounds of [`SessionFs::read_transcript`]'s pending-bytes read before
 /// a short reply.
 const PENDING_READ_TRIES: usize = 4;
@@ -1353,6 +1357,7 @@ fn pending_slice(pending: Option<&[u8]>, committed: u64, offset: u64, size: u32)
     only[from..to].to_vec()
 }
 
+/// Target of `.by-id/<name>`: `../<project>/<session>`.
 fn by_id_target(project: &OsStr, session: &OsStr) -> OsString {
     let mut t = OsString::from("../");
     t.push(project);
