@@ -88,33 +88,16 @@ pub fn top_at(path: &Path) -> Option<MountEntry> {
         .find(|m| m.mount_point == path)
 }
 
-/// The deepest FUSE mount whose mount point is `path` or a directory above
-/// it, judged on the path's spelling alone (made absolute against the
-/// current directory, `.` and `..` folded; no component is looked up, so
-/// nothing waits on a daemon that does not answer). `None` when no FUSE
-/// mount is on the way as spelled (a symbolic link may still lead into
-/// one).
+/// The deepest FUSE mount whose mount point is `path` (absolute, `.` and
+/// `..` folded) or a directory above it, from the table alone (nothing is
+/// looked up, so nothing waits on a daemon that does not answer). `None`
+/// when no FUSE mount is on the way as spelled (a symbolic link may still
+/// lead into one).
 pub fn fuse_mount_above(path: &Path) -> Option<PathBuf> {
-    use std::path::Component;
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().ok()?.join(path)
-    };
-    let mut folded = PathBuf::new();
-    for c in absolute.components() {
-        match c {
-            Component::ParentDir => {
-                folded.pop();
-            }
-            Component::CurDir => {}
-            c => folded.push(c),
-        }
-    }
     entries()
         .ok()?
         .into_iter()
-        .filter(|m| m.fs_type.starts_with("fuse") && folded.starts_with(&m.mount_point))
+        .filter(|m| m.fs_type.starts_with("fuse") && path.starts_with(&m.mount_point))
         .map(|m| m.mount_point)
         .max_by_key(|p| p.components().count())
 }

@@ -35,21 +35,35 @@ pub fn resolved(path: &Path) -> PathBuf {
     let parts: Vec<std::path::Component> = abs.components().collect();
     for keep in (1..=parts.len()).rev() {
         let prefix: PathBuf = parts[..keep].iter().collect();
-        let Ok(mut out) = prefix.canonicalize() else {
+        let Ok(out) = prefix.canonicalize() else {
             continue;
         };
-        for part in &parts[keep..] {
-            match part {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::Normal(name) => out.push(name),
-                _ => {}
-            }
-        }
-        return out;
+        return push_spelled(out, &parts[keep..]);
     }
     abs
+}
+
+/// `parts` applied to `base` by their spelling alone: a name is pushed,
+/// `..` pops, anything else is skipped; nothing is looked up.
+fn push_spelled(mut base: PathBuf, parts: &[std::path::Component]) -> PathBuf {
+    for part in parts {
+        match part {
+            std::path::Component::ParentDir => {
+                base.pop();
+            }
+            std::path::Component::Normal(name) => base.push(name),
+            _ => {}
+        }
+    }
+    base
+}
+
+/// `path` made absolute and its `.` and `..` folded by spelling, without a
+/// lookup (nothing waits on a mount that does not answer).
+fn spelled_absolute(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let parts: Vec<std::path::Component> = abs.components().collect();
+    push_spelled(PathBuf::from("/"), &parts)
 }
 
 /// The mount point and the index cache must lie outside the store: inside,
@@ -279,7 +293,7 @@ pub fn resolved_bounded(path: &Path) -> Result<PathBuf, String> {
         Some(_) => Ok(resolved(path)),
         None => {
             // Named from the mount table, which nothing of that mount answers.
-            let which = match super::mount_table::fuse_mount_above(path) {
+            let which = match super::mount_table::fuse_mount_above(&spelled_absolute(path)) {
                 Some(m) => format!("the mount at {}", m.display()),
                 None => "a mount".to_string(),
             };
