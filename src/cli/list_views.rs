@@ -69,7 +69,7 @@ fn fold(text: &str) -> String {
 pub(super) fn parse_since(text: &str) -> Result<i64, String> {
     let text = text.trim();
     let local = |dt: jiff::civil::DateTime| {
-        dt.to_zoned_datetime(crate::store::zone::local_zone())
+        dt.to_zoned_datetime(crate::store::zone::local_zone().clone())
             .ok()
             .map(|z| z.timestamp().as_millisecond())
     };
@@ -94,7 +94,7 @@ pub(super) fn parse_since(text: &str) -> Result<i64, String> {
     })
 }
 
-/// Lower-case words of `--grep-title`.
+/// The words of `--grep-title`, [`fold`]ed.
 pub(super) fn title_words(text: &str) -> Vec<String> {
     text.split_whitespace().map(fold).collect()
 }
@@ -121,7 +121,7 @@ pub(super) fn filtered(
         .collect();
     Ok((
         set,
-        ViewSnapshot::build(kept, &crate::store::zone::local_zone()),
+        ViewSnapshot::build(kept, crate::store::zone::local_zone()),
     ))
 }
 
@@ -193,7 +193,7 @@ mod tests {
         let local = |s: &str| {
             s.parse::<jiff::civil::DateTime>()
                 .unwrap()
-                .to_zoned_datetime(crate::store::zone::local_zone())
+                .to_zoned_datetime(crate::store::zone::local_zone().clone())
                 .unwrap()
                 .timestamp()
                 .as_millisecond()

@@ -16,7 +16,7 @@ use jiff::tz::TimeZone;
 const GLIBC_DEFAULT_RULE: &str = "M3.2.0,M11.1.0";
 
 /// The process's time zone (read once).
-pub fn local_zone() -> TimeZone {
+pub fn local_zone() -> &'static TimeZone {
     static ZONE: OnceLock<TimeZone> = OnceLock::new();
     ZONE.get_or_init(|| match TimeZone::try_system() {
         Ok(zone) => zone,
@@ -30,7 +30,6 @@ pub fn local_zone() -> TimeZone {
             Err(_) => TimeZone::UTC,
         },
     })
-    .clone()
 }
 
 /// A POSIX `TZ` with a DST name but no rule, read with glibc's default

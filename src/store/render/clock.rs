@@ -2,14 +2,11 @@
 //! milliseconds) in the time zone of the process (`TZ` respected, else the
 //! system's), through `jiff`.
 
-use std::sync::OnceLock;
-
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
 fn zone() -> &'static TimeZone {
-    static ZONE: OnceLock<TimeZone> = OnceLock::new();
-    ZONE.get_or_init(crate::store::zone::local_zone)
+    crate::store::zone::local_zone()
 }
 
 /// Names the time zone renderings are made in: its IANA name, else the

@@ -140,7 +140,7 @@ impl ViewCatalog {
             }),
             persist,
             max_age,
-            zone: crate::store::zone::local_zone(),
+            zone: crate::store::zone::local_zone().clone(),
             cache: Arc::new(FrameCache::new(TITLE_CACHE)),
         }
     }
