@@ -31,6 +31,15 @@ impl ReadAt for Counted {
         self.calls.set(self.calls.get() + 1);
         std::os::unix::fs::FileExt::read_at(&self.file, buf, offset)
     }
+
+    fn read_at_cached(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        self.calls.set(self.calls.get() + 1);
+        self.file.read_at_cached(buf, offset)
+    }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        self.file.will_need(offset, len);
+    }
 }
 
 fn drop_pages(file: &File) {

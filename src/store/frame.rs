@@ -27,6 +27,16 @@ pub trait ReadAt {
     /// Tells the source that `len` bytes at `offset` will be read soon (a
     /// file starts reading them into the page cache); nothing by default.
     fn will_need(&self, _offset: u64, _len: u64) {}
+
+    /// Reads up to `buf.len()` bytes at `offset` only if that needs no
+    /// waiting for the device (a file: `preadv2` with `RWF_NOWAIT`, served
+    /// from the page cache): `Some(bytes read)`, fewer when only a part is
+    /// cached or the source ends; `None` when it would wait, or when the
+    /// source cannot tell (the default, and file systems without
+    /// `RWF_NOWAIT`).
+    fn read_at_cached(&self, _buf: &mut [u8], _offset: u64) -> Option<usize> {
+        None
+    }
 }
 
 impl ReadAt for File {
@@ -41,6 +51,18 @@ impl ReadAt for File {
         };
         // SAFETY: a valid descriptor; advice only, its result is ignored.
         unsafe { libc::posix_fadvise(self.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
+    }
+
+    fn read_at_cached(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        use std::os::unix::io::AsRawFd;
+        let offset = i64::try_from(offset).ok()?;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec over `buf`, valid for writes of its length.
+        let n = unsafe { libc::preadv2(self.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        usize::try_from(n).ok()
     }
 }
 
@@ -71,7 +93,8 @@ const READ_AHEAD: u64 = 4 << 20;
 /// and serves the headers inside from memory, so that one read call covers
 /// many frames; when they are far apart (large frames) each header is read
 /// on its own, so that the bytes between headers are not copied. Either
-/// way the source is asked to read [`READ_AHEAD`] bytes ahead. The buffer
+/// way the source is asked to read [`READ_AHEAD`] bytes ahead, unless the
+/// first read of each such window finds its bytes cached. The buffer
 /// is the constant chunk, never sized by a number read from the file.
 pub struct ChunkedReader<'a, R: ReadAt + ?Sized> {
     src: &'a R,
@@ -108,8 +131,17 @@ impl<R: ReadAt + ?Sized> ReadAt for ChunkedReader<'_, R> {
             return Ok(out.len());
         }
         if end > st.hinted_to {
-            self.src.will_need(offset, READ_AHEAD);
             st.hinted_to = offset.saturating_add(READ_AHEAD);
+            // A window whose first bytes are cached (a warm walk) is not
+            // hinted: a hint walks the page cache over the whole window,
+            // about 3 ms of a warm 20 ms walk of 229 MiB.
+            match self.src.read_at_cached(out, offset) {
+                Some(n) if n == out.len() => {
+                    st.last_miss = Some(offset);
+                    return Ok(n);
+                }
+                _ => self.src.will_need(offset, READ_AHEAD),
+            }
         }
         let dense = st
             .last_miss
@@ -627,6 +659,52 @@ mod tests {
                 }
                 Step::Torn => return (frames, true),
                 Step::End => return (frames, false),
+            }
+        }
+    }
+
+    /// Bytes that say whether they are cached, and record the hints.
+    struct Pages {
+        bytes: Vec<u8>,
+        cached: bool,
+        hints: std::cell::RefCell<Vec<u64>>,
+    }
+
+    impl ReadAt for Pages {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.bytes.read_at(buf, offset)
+        }
+        fn will_need(&self, offset: u64, _len: u64) {
+            self.hints.borrow_mut().push(offset);
+        }
+        fn read_at_cached(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+            self.cached
+                .then(|| self.bytes.read_at(buf, offset).unwrap())
+        }
+    }
+
+    #[test]
+    fn a_walk_hints_read_ahead_only_where_the_bytes_are_not_cached() {
+        let bytes: Vec<u8> = (0..READ_AHEAD as usize * 3)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        for cached in [false, true] {
+            let src = Pages {
+                bytes: bytes.clone(),
+                cached,
+                hints: Default::default(),
+            };
+            let reader = ChunkedReader::new(&src, WALK_CHUNK);
+            let mut buf = [0u8; 64];
+            for offset in [0, 100, READ_AHEAD + 5, 2 * READ_AHEAD + 7] {
+                assert_eq!(reader.read_at(&mut buf, offset).unwrap(), 64, "at {offset}");
+                assert_eq!(buf[..], bytes[offset as usize..offset as usize + 64]);
+            }
+            let hints = src.hints.borrow().clone();
+            if cached {
+                assert_eq!(hints, Vec::<u64>::new());
+            } else {
+                assert_eq!(hints, [0, READ_AHEAD + 5, 2 * READ_AHEAD + 7]);
             }
         }
     }
