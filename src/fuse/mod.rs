@@ -12,6 +12,7 @@ mod fs_tests;
 mod fs_write;
 mod fusermount;
 mod handles;
+mod heap;
 mod inode;
 pub mod mount_table;
 mod preflight;

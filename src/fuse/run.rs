@@ -481,6 +481,7 @@ fn wait_until_serving(
 /// session running while files are open).
 fn serve(own: &MountEntry, stop: &AtomicBool, session_ended: &dyn Fn() -> bool) -> End {
     let mut ticks = 0u32;
+    let mut heap = super::heap::Trimmer::new(super::status::requests_answered());
     loop {
         if stop.load(Ordering::SeqCst) {
             return End::Signal;
@@ -492,6 +493,7 @@ fn serve(own: &MountEntry, stop: &AtomicBool, session_ended: &dyn Fn() -> bool) 
         if ticks.is_multiple_of(4) && !mount_table::is_mounted(own.id) {
             return End::Unmounted;
         }
+        heap.tick(super::status::requests_answered());
         std::thread::sleep(POLL);
     }
 }

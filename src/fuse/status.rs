@@ -60,6 +60,11 @@ pub fn count_request(op: &'static str, failed: bool) {
     *REQUESTS.by_op.lock().entry(op).or_insert(0) += 1;
 }
 
+/// Requests answered since the daemon started.
+pub fn requests_answered() -> u64 {
+    REQUESTS.total.load(Ordering::Relaxed)
+}
+
 /// Decoded-frame cache use, in bytes.
 #[derive(Debug, Clone, Default)]
 pub struct CacheUse {
