@@ -83,7 +83,7 @@ mod tests {
         // a trim gives them back once freed (every other block is kept
         // until the end, so the top of the heap cannot simply shrink).
         let mut blocks: Vec<Box<[u8; 32]>> = (0..2_000_000).map(|_| Box::new([1u8; 32])).collect();
-        let keep: Vec<Box<[u8; 32]>> = blocks.iter().step_by(64).map(|b| b.clone()).collect();
+        let keep: Vec<Box<[u8; 32]>> = blocks.iter().step_by(64).cloned().collect();
         let before = rss_kib();
         blocks.clear();
         blocks.shrink_to_fit();
