@@ -376,6 +376,14 @@ fn a_session_created_or_removed_on_disk_follows_in_every_view() {
         local(ms, "%Y-%m-%d %H-%M-%S")
     );
     let in_cwd = mount.join(".by-cwd").join(&common::CORPUS_APP_CWD[1..]);
+    // Listed before the change too: the kernel keeps a view directory's
+    // listing until its mtime moves (opendir is declined), and must see
+    // it move.
+    let before = names(&in_cwd);
+    assert!(
+        !before.is_empty() && !before.contains(&name_cwd),
+        "{before:?}"
+    );
     let dir = write_session(
         root.path(),
         "x_new12345",

@@ -337,13 +337,29 @@ impl SessionFs {
     /// listing (`kernel_caches_all`: opendir declined, see the adapter's
     /// `init`) one it must not keep ([`SessionFs::opendir_listing`] says
     /// which, for `plus`) is dropped from its cache, with the directory's
-    /// attributes, so that the next pass asks again.
+    /// attributes, so that the next pass asks again. A directory inside a
+    /// view is left cached: its mtime is its snapshot's build time, which
+    /// moves only when the views change, so the kernel drops the listing
+    /// itself once a getattr after the attribute timeout shows a new mtime
+    /// (`find .by-cwd` sent one invalidation per directory of the view).
     pub fn listing_ended(&self, caller: &Caller, ino: u64, kernel_caches_all: bool, plus: bool) {
         let key = (ino, self.listing_key(caller, ino));
         self.listings.lock().pop(&key);
-        if kernel_caches_all && self.opendir_listing(ino, plus).unwrap_or(true) {
+        if kernel_caches_all
+            && self.opendir_listing(ino, plus).unwrap_or(true)
+            && !self.listing_follows_mtime(ino)
+        {
             self.send_invalidation(Invalidation::Listing(ino));
         }
+    }
+
+    /// Whether directory `ino`'s mtime moves whenever its listing changes:
+    /// a directory inside a view (its top shows the root's times instead).
+    fn listing_follows_mtime(&self, ino: u64) -> bool {
+        matches!(
+            self.inodes.node(ino),
+            Some((_, Node::ViewDir { rel, .. })) if !rel.is_empty()
+        )
     }
 
     /// Tells the kernel that a commit changed `ino`'s attributes
