@@ -425,6 +425,40 @@ fn a_mount_point_or_index_cache_inside_the_root_is_refused() {
     }
 }
 
+#[test]
+fn a_project_or_session_directory_given_as_root_is_refused() {
+    let (_root_tmp, root) = corpus_copy("normal");
+    let project = root.join("--home-alice-work-app--");
+    for (given, what) in [
+        (project.clone(), "a project directory"),
+        (project.join("Session-A"), "a session directory"),
+    ] {
+        let listing = || {
+            let mut files = common::walk_files(&root);
+            files.sort();
+            files
+        };
+        let before = listing();
+        let mnt = tempfile::tempdir().unwrap();
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(env!("CARGO_BIN_EXE_sessionfs"))
+            .arg("mount")
+            .arg(&given)
+            .arg(mnt.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{given:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: {what}, not a session store root", given.display())),
+            "{stderr}"
+        );
+        assert!(!is_mounted(mnt.path()), "{given:?} was mounted");
+        assert_eq!(listing(), before, "the store changed");
+    }
+}
+
 /// A descriptor of `session.jsonl` or `session.md` opened before its
 /// session directory is removed on disk (`rm -rf` in the root, not through
 /// the mount) keeps working, as after an unlink on a local file system:

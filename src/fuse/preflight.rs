@@ -1,5 +1,6 @@
 //! Checks that run before mounting, each failing with a message that says
-//! what to do (MOUNT.md, Mount options): the mount point (a directory, not
+//! what to do (MOUNT.md, Mount options): ROOT (a store's root, not a
+//! project or session directory of one), the mount point (a directory, not
 //! inside ROOT, not containing ROOT, no live sessionfs mount already
 //! there, a stale one recovered), the options (`auto_unmount`,
 //! `allow_other` for a normal user), access to FUSE (`/dev/fuse`,
@@ -20,6 +21,7 @@ use super::run::MountConfig;
 ///
 /// Errors: a message naming the path or option and the fix.
 pub fn check(config: &MountConfig) -> Result<bool, String> {
+    refuse_not_a_root(config)?;
     refuse_inside_root(config)?;
     refuse_containing_root(config)?;
     check_mountpoint(&config.mountpoint)?;
@@ -64,6 +66,18 @@ fn spelled_absolute(path: &Path) -> PathBuf {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let parts: Vec<std::path::Component> = abs.components().collect();
     push_spelled(PathBuf::from("/"), &parts)
+}
+
+/// ROOT must be a store's root, not one of its project or session
+/// directories: mounted, their sessions would show as projects, and a
+/// session created through the mount would land where no store layout
+/// puts one (the rule of `list`, `check` and `doctor`:
+/// [`crate::store::check::not_a_root`]).
+fn refuse_not_a_root(config: &MountConfig) -> Result<(), String> {
+    match crate::store::check::not_a_root(&config.root) {
+        Some(why) => Err(format!("{}: {why}", config.root.display())),
+        None => Ok(()),
+    }
 }
 
 /// The mount point and the index cache must lie outside the store: inside,
