@@ -1283,3 +1283,55 @@ fn restore_waits_for_a_writer_holding_the_lock_file() {
     );
     assert_eq!(fs::read(&path).unwrap(), before[&rel]);
 }
+
+/// A transcript that is a symbolic link (to a torn transcript, to a file
+/// that is not one) is reported but repaired by no one: a repair through
+/// the link would replace the link with a copy of its target, or move the
+/// target's bytes away and drop the link, and a restore would put back a
+/// regular file (found by a fresh tester: it put one directly in ROOT).
+#[test]
+fn a_transcript_that_is_a_symbolic_link_is_reported_not_repaired() {
+    let (tmp, root) = case_copy("normal");
+    let outside = tmp.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    let intact = fs::read(root.join(APP).join("Session-A/session.jsonl.zstd")).unwrap();
+    let torn = outside.join("torn.zstd");
+    fs::write(&torn, &intact[..intact.len() - 3]).unwrap();
+    let junk = outside.join("junk.txt");
+    fs::write(&junk, b"NOT ZSTD\n").unwrap();
+    let mut links = Vec::new();
+    for (dir, target) in [("linked-torn", &torn), ("linked-junk", &junk)] {
+        let d = root.join(APP).join(dir);
+        fs::create_dir(&d).unwrap();
+        let link = d.join("session.jsonl.zstd");
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        links.push((link, target.clone(), fs::read(target).unwrap()));
+    }
+    let top_before: Vec<_> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let state = tempfile::tempdir().unwrap();
+    let (_, report) = doctor_json(state.path(), &root, &["--repair"]);
+    for (link, target, bytes) in &links {
+        let about: Vec<&Value> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["path"].as_str() == link.to_str())
+            .collect();
+        assert!(!about.is_empty(), "no finding for {link:?}: {report:#}");
+        for f in &about {
+            let fix = f["fix"].as_str().unwrap_or_default();
+            assert!(fix.contains("is a symbolic link"), "{f:#}");
+            assert!(f["done"].is_null(), "repaired through the link: {f:#}");
+        }
+        assert_eq!(&fs::read_link(link).unwrap(), target, "the link changed");
+        assert_eq!(&fs::read(target).unwrap(), bytes, "the target changed");
+    }
+    let top_after: Vec<_> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(top_after, top_before, "the repair wrote into ROOT");
+}

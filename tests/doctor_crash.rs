@@ -235,10 +235,14 @@ fn kill_9_during_repairs() {
                 rel.display()
             );
         }
-        let st = doctor(&root, &state_dir).status().unwrap();
+        let again = doctor(&root, &state_dir)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
         assert!(
-            st.success(),
-            "run {run}: the repair run again did not finish"
+            again.status.success(),
+            "run {run} (killed after {delay:?}): the repair run again did not finish: {}",
+            String::from_utf8_lossy(&again.stdout)
         );
         let end = state(&root);
         assert_eq!(

@@ -451,7 +451,10 @@ fn a_project_or_session_directory_given_as_root_is_refused() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{given:?}: {stderr}");
         assert!(
-            stderr.contains(&format!("{}: {what}, not a session store root", given.display())),
+            stderr.contains(&format!(
+                "{}: {what}, not a session store root",
+                given.display()
+            )),
             "{stderr}"
         );
         assert!(!is_mounted(mnt.path()), "{given:?} was mounted");

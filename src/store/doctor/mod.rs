@@ -77,12 +77,14 @@ pub fn scan(target: &Path, options: &ScanOptions, progress: &dyn Fn(u64, u64)) -
         let raw = super::check::is_raw_name(target);
         let file = scan_file(target, raw);
         progress(1, 1);
-        return Scan {
+        let mut scan = Scan {
             root: target.parent().map(Path::to_path_buf).unwrap_or_default(),
             encoding: Some(if raw { Encoding::Raw } else { Encoding::Zstd }),
             files: vec![file],
             ..Scan::default()
         };
+        repair::mark_links(&mut scan);
+        return scan;
     }
     let layout = walk_root(target, options.now);
     let total = layout.transcripts.len() as u64;
@@ -104,6 +106,7 @@ pub fn scan(target: &Path, options: &ScanOptions, progress: &dyn Fn(u64, u64)) -
         scan.layout.push(history::conflict_finding(&c, &copy));
         scan.conflicts.push((c, copy));
     }
+    repair::mark_links(&mut scan);
     scan
 }
 

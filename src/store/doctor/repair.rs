@@ -57,11 +57,19 @@ impl Run {
         Ok(self.quarantine.as_mut().expect("set"))
     }
 
+    /// `path` relative to the root: its directory resolved, its own name
+    /// kept (a symbolic link is named where it stands, not where it
+    /// points).
     fn rel(&self, path: &Path) -> PathBuf {
-        let abs = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let name = path.file_name().map(PathBuf::from).unwrap_or_default();
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let abs = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
         abs.strip_prefix(&self.root)
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|_| path.file_name().map(PathBuf::from).unwrap_or_default())
+            .map(|d| d.join(&name))
+            .unwrap_or(name)
     }
 
     /// Copies the whole of `path` into the quarantine and records it.
@@ -148,6 +156,10 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
     // Layout findings first: temporaries, flat files, duplicates, moves.
     for i in 0..scan.layout.len() {
         let f = scan.layout[i].clone();
+        if let Some(why) = not_repaired_through(&f.path) {
+            scan.layout[i].fix = why;
+            continue;
+        }
         let done = match f.kind {
             Kind::StaleTemporary | Kind::FlatArtifact | Kind::DuplicateId => run
                 .set_aside(&f.path)
@@ -175,6 +187,12 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
             // Set aside with its duplicate finding: nothing left to repair.
             for f in &mut scan.files[fi].findings {
                 f.done = Some("set aside with the file".into());
+            }
+            continue;
+        }
+        if let Some(why) = not_repaired_through(&path) {
+            for f in &mut scan.files[fi].findings {
+                f.fix = why.clone();
             }
             continue;
         }
@@ -217,6 +235,45 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
         }
     }
     run.folder()
+}
+
+/// Sets the fix of every finding about a symbolic link to say that the
+/// doctor leaves it alone (see [`not_repaired_through`]), so that no
+/// report suggests `--repair` for it.
+pub(super) fn mark_links(scan: &mut Scan) {
+    for f in &mut scan.layout {
+        if let Some(why) = not_repaired_through(&f.path) {
+            f.fix = why;
+        }
+    }
+    for file in &mut scan.files {
+        if let Some(why) = not_repaired_through(&file.path) {
+            for f in &mut file.findings {
+                f.fix = why.clone();
+            }
+        }
+    }
+}
+
+/// Why `path` is left alone by the repairs: it is a symbolic link. A
+/// repair rewrites or moves the file at its path; through a link it would
+/// replace the link with a copy of its target (or move the target's bytes
+/// into the quarantine and drop the link), and a restore would put back a
+/// regular file, not the link. `None` for anything else.
+fn not_repaired_through(path: &Path) -> Option<String> {
+    let meta = fs::symlink_metadata(path).ok()?;
+    if !meta.file_type().is_symlink() {
+        return None;
+    }
+    let target = fs::read_link(path)
+        .map(|t| format!(" to {}", Shown(&t)))
+        .unwrap_or_default();
+    Some(format!(
+        "none by the doctor: {} is a symbolic link{target}; the doctor repairs no file \
+         through a link: repair the file it points to, or replace the link with that file \
+         and run the doctor again",
+        Shown(path)
+    ))
 }
 
 /// Most decoded bytes read from a torn frame when salvaging its lines.
