@@ -32,6 +32,8 @@
 # into a venv under $BENCH_DIR (needs python3-venv; see bench.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Where cargo puts its build output (CARGO_TARGET_DIR is honoured).
+tgt=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 
 command -v zstd >/dev/null 2>&1 || { [ "$(id -u)" -eq 0 ] && apt-get update && apt-get install -y zstd; }
 cargo build --release --bin sessionfs --example gen_store --example gen_views_store
@@ -49,25 +51,25 @@ mb=${1:-1024}
 frames=${2:-20000}
 sessions=${3:-10000}
 if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = views ]; then
-  [ -d "$work/views" ] || target/release/examples/gen_views_store "$work/views" "$sessions"
-  python3 scripts/bench_views.py target/release/sessionfs "$work"
+  [ -d "$work/views" ] || "$tgt"/release/examples/gen_views_store "$work/views" "$sessions"
+  python3 scripts/bench_views.py "$tgt"/release/sessionfs "$work"
   [ "${BENCH_ONLY:-}" = views ] && exit 0
 fi
 if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = scale ]; then
-  [ -d "$work/one" ] || target/release/examples/gen_store many "$work/one" 10000 1
-  [ -d "$work/wide" ] || target/release/examples/gen_store many "$work/wide" 20000 500
-  [ -d "$work/small" ] || target/release/examples/gen_store many "$work/small" 120 12
+  [ -d "$work/one" ] || "$tgt"/release/examples/gen_store many "$work/one" 10000 1
+  [ -d "$work/wide" ] || "$tgt"/release/examples/gen_store many "$work/wide" 20000 500
+  [ -d "$work/small" ] || "$tgt"/release/examples/gen_store many "$work/small" 120 12
   if [ ! -d "$work/small3000" ]; then
     cp -a "$work/small" "$work/small3000"
-    target/release/examples/gen_store projects "$work/small3000" 3000
+    "$tgt"/release/examples/gen_store projects "$work/small3000" 3000
   fi
-  python3 scripts/bench_scale.py target/release/sessionfs "$work"
+  python3 scripts/bench_scale.py "$tgt"/release/sessionfs "$work"
   [ "${BENCH_ONLY:-}" = scale ] && exit 0
 fi
 if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = read ]; then
-  [ -d "$work/big" ] || target/release/examples/gen_store big "$work/big" "$mb" "$frames"
-  [ -d "$work/many" ] || target/release/examples/gen_store many "$work/many" "$sessions"
-  python3 scripts/bench.py target/release/sessionfs "$work"
+  [ -d "$work/big" ] || "$tgt"/release/examples/gen_store big "$work/big" "$mb" "$frames"
+  [ -d "$work/many" ] || "$tgt"/release/examples/gen_store many "$work/many" "$sessions"
+  python3 scripts/bench.py "$tgt"/release/sessionfs "$work"
 
   # Issue 13: `sessionfs doctor` over the 10,000-session store (every frame
   # decoded and verified, every line parsed) against `zstd -tq` over the same
@@ -76,7 +78,7 @@ if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = read ]; then
   zstd_all() { find "$work/many" -name session.jsonl.zstd -print0 | xargs -0 zstd -tq; }
   doc=(); ref=()
   for _ in 1 2 3; do
-    doc+=("$(ms target/release/sessionfs doctor "$work/many")")
+    doc+=("$(ms "$tgt"/release/sessionfs doctor "$work/many")")
     ref+=("$(ms zstd_all)")
   done
   med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
@@ -96,4 +98,4 @@ fi
 if [ "$(id -u)" -eq 0 ]; then scripts/install-test-deps.sh; fi
 rm -rf "$work/append"
 mkdir -p "$work/append"
-python3 scripts/bench_append.py target/release/sessionfs "$work/append" "$oracle"
+python3 scripts/bench_append.py "$tgt"/release/sessionfs "$work/append" "$oracle"

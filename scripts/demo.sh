@@ -11,6 +11,8 @@
 # zstd and fuse3 are installed with apt when missing and run as root.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Where cargo puts its build output (CARGO_TARGET_DIR is honoured).
+tgt=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 
 say() {
   if [ -t 1 ]; then printf '\n\033[1m$ %s\033[0m\n' "$*"; else printf '\n$ %s\n' "$*"; fi
@@ -33,7 +35,7 @@ if [ ! -e /dev/fuse ]; then
 fi
 
 cargo build --release
-bin=target/release/sessionfs
+bin="$tgt"/release/sessionfs
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sessionfs-demo.XXXXXX")
 work=$(cd "$work" && pwd -P) # mountinfo shows the resolved path

@@ -10,6 +10,8 @@
 # Usage: scripts/pjdfstest.sh [PATTERN...]   (default: rename link symlink)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Where cargo puts its build output (CARGO_TARGET_DIR is honoured).
+tgt=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 pjd_root=${PJD_ROOT:-/tmp/sessionfs-pjdfstest}
 if [ ! -x "$pjd_root/bin/pjdfstest" ]; then
   cargo install pjdfstest --version 0.2.2 --locked --root "$pjd_root"
@@ -42,7 +44,7 @@ allow_remount = false
 [dummy_auth]
 entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
 TOML
-target/release/sessionfs mount "$work/r" "$mnt" --allow-other 2>"$work/log" &
+"$tgt"/release/sessionfs mount "$work/r" "$mnt" --allow-other 2>"$work/log" &
 pid=$!
 for _ in $(seq 100); do grep -qs " $mnt " /proc/self/mounts && break; sleep 0.1; done
 grep -qs " $mnt " /proc/self/mounts || { cat "$work/log"; exit 1; }
