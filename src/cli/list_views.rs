@@ -85,13 +85,41 @@ pub(super) fn parse_since(text: &str) -> Result<i64, String> {
     } else {
         text.parse::<jiff::civil::DateTime>().ok().and_then(local)
     };
-    parsed.ok_or_else(|| {
+    parsed.or_else(|| past_timestamps(text)).ok_or_else(|| {
         format!(
             "--since {text:?}: expected a date YYYY-MM-DD (local time), a time with its offset \
              like 2026-01-05T09:00:00Z or 2026-01-05T09:00:00+05:00, or a local date and time \
              like 2026-01-05T09:00"
         )
     })
+}
+
+/// `--since` for a valid date or time that jiff's timestamps cannot hold
+/// (they end on 9999-12-30 at 22:00 UTC, so that every offset stays a
+/// valid civil time; `9999-12-31` was refused as a bad format): the
+/// milliseconds counted from the civil date and time, less the given
+/// offset, or the local zone's offset at the end of jiff's range.
+fn past_timestamps(text: &str) -> Option<i64> {
+    let pieces = jiff::fmt::temporal::Pieces::parse(text).ok()?;
+    if pieces.time_zone_annotation().is_some() {
+        return None;
+    }
+    let offset_s = match pieces.offset() {
+        Some(o) => o.to_numeric_offset().seconds(),
+        None => crate::store::zone::local_zone()
+            .to_offset(jiff::Timestamp::MAX)
+            .seconds(),
+    };
+    let days = pieces
+        .date()
+        .since((jiff::Unit::Day, jiff::civil::date(1970, 1, 1)))
+        .ok()?
+        .get_days();
+    let t = pieces.time().unwrap_or(jiff::civil::Time::midnight());
+    let ms_of_day =
+        ((i64::from(t.hour()) * 60 + i64::from(t.minute())) * 60 + i64::from(t.second())) * 1000
+            + i64::from(t.millisecond());
+    Some(i64::from(days) * 86_400_000 + ms_of_day - i64::from(offset_s) * 1000)
 }
 
 /// The words of `--grep-title`, [`fold`]ed.
@@ -209,6 +237,25 @@ mod tests {
         assert_eq!(parse_since("2026-01-06"), Ok(local("2026-01-06T00:00")));
         assert!(parse_since("yesterday").is_err());
         assert!(parse_since("2026-13-01").is_err());
+    }
+
+    #[test]
+    fn since_takes_the_last_days_of_year_9999() {
+        // 9999-12-31T00:00:00Z, counted independently: 2,932,896 days
+        // from 1970-01-01 (`date -u -d 9999-12-31 +%s` = 253402214400).
+        let last_day_utc = 253_402_214_400_000;
+        assert_eq!(parse_since("9999-12-31T00:00:00Z"), Ok(last_day_utc));
+        assert_eq!(parse_since("9999-12-31T05:30:00+05:30"), Ok(last_day_utc));
+        assert_eq!(
+            parse_since("9999-12-31T23:59:59.999Z"),
+            Ok(last_day_utc + 86_399_999)
+        );
+        // Local forms (TZ is UTC or what the test runner has): within a
+        // day of the UTC figure, and ordered.
+        let day = parse_since("9999-12-31").unwrap();
+        assert!((day - last_day_utc).abs() <= 86_400_000, "{day}");
+        assert!(parse_since("9999-12-31 12:00").unwrap() > day);
+        assert!(parse_since("9999-12-32").is_err());
     }
 
     #[test]
