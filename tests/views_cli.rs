@@ -117,3 +117,33 @@ fn list_by_date_prints_each_session_once_under_its_day_and_filters() {
     let (_, code) = list(&root, &cache, &["--since", "yesterday-ish"]);
     assert_eq!(code, 2);
 }
+
+/// `list --by` reports the sessions its trees leave out, as the table does
+/// (on stderr, exit 1): the stray-files case holds an empty transcript
+/// (found by a fresh tester: `--by cwd|date` exited 0 without a word).
+#[test]
+fn list_by_reports_the_sessions_it_leaves_out() {
+    let root = corpus_dir().join("stray-files/root");
+    let cache = tempfile::tempdir().unwrap();
+    let table = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("list")
+        .arg(&root)
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .unwrap();
+    let table_err = String::from_utf8_lossy(&table.stderr).into_owned();
+    assert_eq!(table.status.code(), Some(1));
+    assert!(table_err.contains("zero-byte"), "{table_err}");
+    for by in ["cwd", "date"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .arg("list")
+            .arg(&root)
+            .args(["--by", by])
+            .env("XDG_CACHE_HOME", cache.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "--by {by}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), table_err, "--by {by}");
+        assert!(!out.stdout.is_empty(), "--by {by}: no tree");
+    }
+}

@@ -105,10 +105,6 @@ fn run_filtered(args: &ListArgs, store: &Store, filters: &Filters) -> u8 {
         Err(e) => return fail(e),
     };
     let mut out = io::BufWriter::new(io::stdout().lock());
-    if let Some(by) = args.by {
-        let written = list_views::write_tree(&mut out, &snap, by).and_then(|()| out.flush());
-        return output_result(written);
-    }
     let listing = match &args.project {
         Some(path) => store.sessions_for_project(path),
         None => store.sessions(),
@@ -120,6 +116,18 @@ fn run_filtered(args: &ListArgs, store: &Store, filters: &Filters) -> u8 {
         Ok(listing) => listing,
         Err(e) => return fail(e),
     };
+    if let Some(by) = args.by {
+        // The trees leave out the sessions that cannot be read; they are
+        // reported as the table reports them.
+        let written = list_views::write_tree(&mut out, &snap, by).and_then(|()| out.flush());
+        for e in &errors {
+            eprintln!("sessionfs: skipped: {e}");
+        }
+        return match output_result(written) {
+            EXIT_OK if !errors.is_empty() => EXIT_ERROR,
+            code => code,
+        };
+    }
     sessions.retain(|s| kept.contains(&(s.project_dir.clone(), s.session_dir.clone())));
     sessions.sort_by(|a, b| {
         (a.created_at_ms, &a.id, &a.project_dir).cmp(&(b.created_at_ms, &b.id, &b.project_dir))
