@@ -739,13 +739,30 @@ fn many_skippable_frames_are_one_finding() {
     assert_eq!(report["summary"]["problems_left"], 1);
     let validator = report_validator();
     assert!(validator.is_valid(&report), "{report:#}");
-    // The repair is the one of a single skippable frame: the file set
-    // aside whole, once, its bytes kept in the quarantine folder.
+    // The repair is the one of a single skippable frame: the file
+    // rewritten as its data frames alone (byte for byte; they hold every
+    // transcript byte), once, its bytes kept in the quarantine folder; the
+    // reference then reads and loads it (it failed to read it before).
     let before = tree_bytes(&root);
+    let plain_before = common::zstd_dc(&t);
     let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
     assert_eq!(code, 0, "{report:#}");
-    assert_eq!(report["summary"]["set_aside"], 1, "{report:#}");
-    assert!(!t.exists(), "the transcript is set aside");
+    assert_eq!(report["summary"]["repaired"], 1, "{report:#}");
+    assert_eq!(report["summary"]["set_aside"], 0, "{report:#}");
+    assert_eq!(
+        fs::read(&t).unwrap(),
+        bytes[..at as usize],
+        "the data frames"
+    );
+    assert_eq!(common::zstd_dc(&t), plain_before);
+    // (Its one event lacks a message id, which load refuses for content.)
+    let oracle = assert_oracle_loads(&root, &["s"]);
+    let s = &oracle["sessions"][0];
+    assert_eq!(
+        (&s["id"], &s["readRaw"]["ok"]),
+        (&"s".into(), &true.into()),
+        "{s}"
+    );
     let run = PathBuf::from(report["quarantine"].as_str().unwrap());
     assert_quarantine_holds(&run, &root, &before);
     let manifest = fs::read_to_string(run.join("doctor-manifest.jsonl")).unwrap();

@@ -257,7 +257,7 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
         K::BadHeader => ("refuses the session (invalid header)", R::SetAside),
         K::CorruptFrame => ("reading fails (frame failed validation)", R::SetAside),
         K::Damaged => ("reading fails (invalid frame magic)", R::SetAside),
-        K::SkippableFrame => ("reading fails (skippable frame)", R::SetAside),
+        K::SkippableFrame => ("reading fails (skippable frame)", R::Repair),
         K::SplitLine => ("reading fails (a record split across frames)", R::SetAside),
         K::InvalidLine => ("load fails (invalid record)", R::SetAside),
         K::SeqGap => ("load fails (seq not contiguous)", R::Report),

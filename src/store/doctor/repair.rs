@@ -220,6 +220,7 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
                 }
                 Kind::TrailingGarbage => cut_garbage(&mut run, &path, f.offset.unwrap_or(0)),
                 Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
+                Kind::SkippableFrame => drop_skippable(&mut run, &path),
                 Kind::SeqDuplicate | Kind::InterleavedWriters => {
                     split_seq(&mut run, scan, fi, encoding)
                 }
@@ -370,6 +371,51 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
         "the torn last frame at byte {at} was replaced by a frame of its {lines} complete \
          lines that decode and continue the transcript; the original is in the quarantine \
          folder"
+    ))
+}
+
+/// Skippable frames: they hold no transcript bytes (the mount skips
+/// them; the reference fails to read the file). Under the writers' locks
+/// the file is walked again; only when it is all complete data frames and
+/// skippable frames is it rewritten as its data frames alone, byte for
+/// byte, after the whole original is copied to the quarantine folder.
+fn drop_skippable(run: &mut Run, path: &Path) -> std::io::Result<String> {
+    use super::super::frame::{walk_frame, FrameKind, Step};
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let locked = repair_lock(path, &file)?;
+    let bytes = fs::read(path)?;
+    let len = bytes.len() as u64;
+    let (mut kept, mut dropped, mut at) = (Vec::with_capacity(bytes.len()), 0u64, 0u64);
+    loop {
+        match walk_frame(bytes.as_slice(), at, len) {
+            Ok(Step::End) => break,
+            Ok(Step::Frame(f)) => {
+                let range = f.offset as usize..(f.offset + f.len) as usize;
+                match f.kind {
+                    FrameKind::Skippable => dropped += f.len,
+                    FrameKind::Data { .. } => kept.extend_from_slice(&bytes[range]),
+                }
+                at = f.offset + f.len;
+            }
+            Ok(Step::Torn) | Err(_) => {
+                return Err(std::io::Error::other(format!(
+                    "the file holds more than skippable frames at byte {at}: run the doctor again"
+                )))
+            }
+        }
+    }
+    if dropped == 0 {
+        return Err(std::io::Error::other(
+            "the file holds no skippable frame now",
+        ));
+    }
+    run.keep(path, "rewritten", None)?;
+    publish_over(path, &kept)?;
+    drop(locked);
+    drop(file);
+    Ok(format!(
+        "the skippable frames ({dropped} bytes, no transcript bytes) were removed; the \
+         original is in the quarantine folder"
     ))
 }
 
