@@ -183,9 +183,33 @@ impl Finding {
     }
 }
 
+impl Kind {
+    /// Whether setting a file of this finding aside takes its session out
+    /// of the store (the session's own transcript, not a stray file or
+    /// one of several copies).
+    fn sets_the_session_aside(self) -> bool {
+        matches!(
+            self,
+            Kind::HeaderLess
+                | Kind::BadHeader
+                | Kind::Empty
+                | Kind::TornHeader
+                | Kind::CorruptFrame
+                | Kind::Damaged
+                | Kind::SplitLine
+                | Kind::InvalidLine
+        )
+    }
+}
+
 fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
     let shown = super::super::error::ShellArg(path).to_string();
     match remedy {
+        Remedy::SetAside if kind.sets_the_session_aside() => format!(
+            "sessionfs doctor --repair {shown} (moves the transcript to the quarantine \
+             folder: the session leaves the store until `sessionfs doctor --restore` puts it \
+             back)"
+        ),
         Remedy::Repair | Remedy::SetAside | Remedy::Fork => {
             format!("sessionfs doctor --repair {shown}")
         }
