@@ -1352,3 +1352,47 @@ fn a_transcript_that_is_a_symbolic_link_is_reported_not_repaired() {
         .collect();
     assert_eq!(top_after, top_before, "the repair wrote into ROOT");
 }
+
+/// A symbolic link to a directory where a session directory goes is
+/// reported (the mount and `list` do not show it, nor does the
+/// reference's list()), never changed by `--repair` (found by a fresh
+/// tester: nothing said a word about it).
+#[test]
+fn a_session_directory_that_is_a_symbolic_link_is_reported() {
+    let (tmp, root) = case_copy("normal");
+    let elsewhere = tmp.path().join("elsewhere");
+    fs::rename(root.join(APP).join("Session-A"), &elsewhere).unwrap();
+    let link = root.join(APP).join("Session-A");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    for extra in [&[][..], &["--repair"][..]] {
+        let (code, report) = doctor_json(state.path(), &root, extra);
+        assert_eq!(code, 1, "{report:#}");
+        assert!(report_validator().is_valid(&report), "{report:#}");
+        let about: Vec<&Value> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "linked_session_dir")
+            .collect();
+        assert_eq!(about.len(), 1, "{report:#}");
+        assert_eq!(about[0]["path"].as_str(), link.to_str());
+        assert!(about[0]["done"].is_null(), "{:#}", about[0]);
+        assert!(about[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("replace the link"));
+        assert_eq!(fs::read_link(&link).unwrap(), elsewhere);
+    }
+    // As the mount and `list` do, the reference's list() leaves it out.
+    let out = oracle::script("list_ids.mjs", [root.as_os_str()]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids = listed
+        .as_array()
+        .unwrap_or_else(|| panic!("list(): {listed}"));
+    assert!(ids.contains(&"session-a".into()), "{listed}");
+    assert!(
+        !ids.contains(&"Session-A".into()),
+        "the reference lists it: {listed}"
+    );
+}

@@ -29,6 +29,9 @@ pub enum Kind {
     StaleLock,
     /// A sync tool's conflict copy beside a transcript.
     ConflictCopy,
+    /// A symbolic link to a directory where a session directory goes:
+    /// the mount, `list` and the reference skip it.
+    LinkedSessionDir,
     /// A zero-byte transcript.
     Empty,
     /// The last frame (or line) ends early: a torn tail.
@@ -80,6 +83,7 @@ impl Kind {
             Kind::StaleTemporary => "stale_temporary",
             Kind::StaleLock => "stale_lock",
             Kind::ConflictCopy => "conflict_copy",
+            Kind::LinkedSessionDir => "linked_session_dir",
             Kind::Empty => "empty",
             Kind::TornTail => "torn_tail",
             Kind::TrailingGarbage => "trailing_garbage",
@@ -224,6 +228,10 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
                 "let the next writer take it over (shared-root protocol), or remove {shown} \
                  once no writer runs"
             ),
+            Kind::LinkedSessionDir => format!(
+                "to make it a session of this project, replace the link {shown} with the \
+                 directory it points to (mv)"
+            ),
             _ => format!("restore {shown} from a backup"),
         },
     }
@@ -295,5 +303,9 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
             R::Report,
         ),
         K::Unreadable => ("cannot read it either", R::Report),
+        K::LinkedSessionDir => (
+            "list() leaves it out (a read by its id follows the link)",
+            R::Report,
+        ),
     }
 }

@@ -173,6 +173,18 @@ fn walk_project(project: &Path, now: SystemTime, out: &mut Layout) {
             ));
         } else if t.is_dir() {
             walk_session(&e.path(), now, out);
+        } else if t.is_symlink() && fs::metadata(e.path()).is_ok_and(|m| m.is_dir()) {
+            let target = fs::read_link(e.path())
+                .map(|t| format!(" to {}", super::super::error::Shown(&t)))
+                .unwrap_or_default();
+            out.findings.push(Finding::new(
+                e.path(),
+                Kind::LinkedSessionDir,
+                format!(
+                    "a symbolic link{target} where a session directory goes: the mount and \
+                     list do not show it"
+                ),
+            ));
         }
     }
 }

@@ -243,6 +243,9 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
 /// report suggests `--repair` for it.
 pub(super) fn mark_links(scan: &mut Scan) {
     for f in &mut scan.layout {
+        if f.kind == Kind::LinkedSessionDir {
+            continue; // about the link itself, with its own fix
+        }
         if let Some(why) = not_repaired_through(&f.path) {
             f.fix = why;
         }
