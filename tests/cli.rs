@@ -277,6 +277,16 @@ fn list_reports_a_bad_session_and_lists_the_others() {
 // ---- locate and cat ----
 
 #[test]
+fn locate_and_cat_of_an_empty_id_are_usage_errors() {
+    let f = Fixture::corpus("normal");
+    for cmd in ["locate", "cat"] {
+        let o = f.run([cmd, f.root.to_str().unwrap(), ""]);
+        assert_exit(&o, 2);
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
 fn locate_and_cat_find_a_session_by_its_rewritten_prefix() {
     let f = Fixture::corpus("normal");
     let want_path = f

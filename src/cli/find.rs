@@ -18,7 +18,8 @@ pub(super) struct IdArgs {
     /// The session store's root directory.
     pub(super) root: PathBuf,
     /// The session id (exact, or any id with the same part after the last
-    /// '_', at least 8 characters long).
+    /// '_', at least 8 characters long). An empty id is a usage error.
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub(super) id: String,
 }
 
