@@ -305,9 +305,40 @@ pub fn append_with_options(
     if let Some(f) = hooks.and_then(|h| h.after_write.as_ref()) {
         f(path, tail.file_len);
     }
-    guard.check(path, "reading the frame back")?;
-    read_back(path, protocol, encoding, &bytes, tail.file_len)?;
-    guard.check(path, "acknowledging the frame")?;
+    let checked = guard
+        .check(path, "reading the frame back")
+        .and_then(|()| read_back(path, protocol, encoding, &bytes, tail.file_len, true))
+        .and_then(|()| guard.check(path, "acknowledging the frame"));
+    if let Err(first) = checked {
+        // Written and synced, but not proven. While the lease holds, no
+        // other sessionfs writer acted: a frame that does not read back
+        // whole in its place is not stored. Else (the lease ended, or the
+        // frame is whole but the file went on) the commit is settled; our
+        // locks go first (the settlement takes them again, as any writer
+        // would).
+        let maybe_kept = !guard.valid()
+            || read_back(path, protocol, encoding, &bytes, tail.file_len, false).is_ok();
+        if !maybe_kept {
+            return Err(match first {
+                StoreError::CommitFailed { path, found } => StoreError::CommitFailed {
+                    path,
+                    found: format!(
+                        "{found}; the lease held, so no other writer acted: its lines are not \
+                         stored"
+                    ),
+                },
+                other => other,
+            });
+        }
+        drop(file);
+        drop(guard);
+        settle_unacknowledged(path, encoding, opts, &bytes, tail.file_len, first)?;
+        outcome.frame_len = bytes.len() as u64;
+        outcome.new_file_len = tail.file_len + outcome.frame_len;
+        outcome.hint.offset = outcome.new_file_len;
+        outcome.hint.next_seq = outcome.next_seq;
+        return Ok(outcome);
+    }
     outcome.frame_len = bytes.len() as u64;
     outcome.new_file_len = tail.file_len + outcome.frame_len;
     outcome.hint.offset = outcome.new_file_len;
@@ -315,6 +346,84 @@ pub fn append_with_options(
     drop(file); // releases the OFD lock
     drop(guard); // removes the lock file
     Ok(outcome)
+}
+
+/// Settles a commit whose frame (`bytes` at `offset`) was written and
+/// synced but not acknowledged: its read-back failed, or its lease ended
+/// (a stopped or cut-off writer whose lock another writer took over, and
+/// that writer kept the frame: the client's retry then stored its lines
+/// twice; found by a fresh tester). Takes the locks again as any writer
+/// does, so the tail is settled first (a dead holder's torn frame cut,
+/// complete frames kept), and looks at the frame's place under them: the
+/// frame there byte for byte, walking as one complete frame, stays in the
+/// transcript for good (no writer cuts a complete frame that verifiable
+/// frames may follow), so the commit is acknowledged; anything else there
+/// means it is not stored.
+///
+/// Errors: [`StoreError::CommitFailed`] (EIO) saying the lines are not
+/// stored (writing them again is safe), or, when the check itself fails
+/// (the lock stays busy, the file cannot be read), that they may be stored.
+fn settle_unacknowledged(
+    path: &Path,
+    encoding: Encoding,
+    opts: &CommitOptions,
+    bytes: &[u8],
+    offset: u64,
+    first: StoreError,
+) -> Result<()> {
+    let first_found = match &first {
+        StoreError::CommitFailed { found, .. } => found.clone(),
+        other => other.to_string(),
+    };
+    let protocol = opts
+        .protocol
+        .unwrap_or_else(|| fskind::protocol_for(path.parent().unwrap_or(Path::new("."))));
+    let again = CommitOptions {
+        hooks: None,
+        ..opts.clone()
+    };
+    let mut found: Option<Result<bool>> = None;
+    let settled = append_with_options(path, encoding, None, &again, |tail| {
+        let end = offset + bytes.len() as u64;
+        found = Some(if tail.file_len < end {
+            Ok(false)
+        } else {
+            match read_back(path, protocol, encoding, bytes, offset, false) {
+                Ok(()) => Ok(true),
+                Err(StoreError::CommitFailed { .. }) => Ok(false),
+                Err(e) => Err(e),
+            }
+        });
+        Ok(Vec::new())
+    });
+    let unknown = |why: String| StoreError::CommitFailed {
+        path: path.to_path_buf(),
+        found: format!(
+            "{first_found}; whether its frame at byte {offset} stayed could not be checked \
+             ({why}): its lines may be stored, so look for them at the end of the transcript \
+             before writing them again"
+        ),
+    };
+    match (settled, found) {
+        (Err(e), _) => Err(unknown(e.to_string())),
+        (Ok(_), Some(Err(e))) => Err(unknown(e.to_string())),
+        (Ok(_), Some(Ok(true))) => {
+            log::warn!(
+                "{}: {first_found}; checked again under the lock, the frame at byte {offset} \
+                 is in the transcript and stays: acknowledged",
+                path.display()
+            );
+            Ok(())
+        }
+        (Ok(_), None) => Err(unknown("the tail was not read".into())),
+        (Ok(_), Some(Ok(false))) => Err(StoreError::CommitFailed {
+            path: path.to_path_buf(),
+            found: format!(
+                "{first_found}; checked again under the lock, its frame at byte {offset} is not \
+                 in the transcript: its lines are not stored, and writing them again is safe"
+            ),
+        }),
+    }
 }
 
 /// Opens the transcript for reading and positioned writes.
@@ -703,16 +812,18 @@ fn write_durably(
 
 /// Reads the frame back through a fresh descriptor (`O_DIRECT` on a remote
 /// protocol where accepted) and compares it with what was written; checks
-/// that a zstd frame walks as one frame of that length and that the file
-/// ends where the frame ends.
+/// that a zstd frame walks as one frame of that length and, when
+/// `ends_file`, that the file ends where the frame ends.
 ///
-/// Errors: [`StoreError::CommitFailed`] (EIO) saying what was found.
+/// Errors: [`StoreError::CommitFailed`] (EIO) saying what was found;
+/// [`StoreError::Io`] when it cannot be read.
 fn read_back(
     path: &Path,
     protocol: CommitProtocol,
     encoding: Encoding,
     bytes: &[u8],
     offset: u64,
+    ends_file: bool,
 ) -> Result<()> {
     let fail = |found: String| {
         log::error!(
@@ -754,7 +865,7 @@ fn read_back(
     let end = offset + bytes.len() as u64;
     let (_, _, len) = statx_at(fresh.as_raw_fd(), Path::new(""), protocol)
         .map_err(|e| StoreError::io("stat", path, e))?;
-    if len != end {
+    if len != end && (ends_file || len < end) {
         return Err(fail(format!(
             "the file is {len} bytes long, not {end}: another writer wrote during the commit"
         )));
@@ -1153,25 +1264,80 @@ mod protocol_tests {
         assert_eq!(e.errno(), libc::EIO, "{e}");
         assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
         assert!(e.to_string().contains("read back wrong"), "{e}");
+        assert!(e.to_string().contains("its lines are not stored"), "{e}");
+    }
 
-        // A file that grew past the frame during the commit fails too.
-        let path2 = session(&root.path().join("two"));
+    /// A commit whose check fails after its frame was written is settled
+    /// under the lock, taken again: the frame kept in its place (another
+    /// writer took the lock over and appended after it) is acknowledged,
+    /// so a client never writes the lines again (a fresh tester's two
+    /// sshfs mounts stored such a line twice); a frame another writer
+    /// replaced is reported as not stored.
+    #[test]
+    fn an_unacknowledged_frame_is_settled_under_the_lock() {
+        let root = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        // Kept: another writer appended seq 2 after our seq 1.
+        let path = session(&root.path().join("kept"));
+        let before = fs::read(&path).unwrap();
+        let theirs = encode_frame(ev(2).as_bytes()).unwrap();
+        let appended = theirs.clone();
         let hooks = CommitHooks {
-            after_write: Some(Box::new(|p: &Path, _| {
+            after_write: Some(Box::new(move |p: &Path, _| {
                 let mut f = OpenOptions::new().append(true).open(p).unwrap();
-                f.write_all(b"x").unwrap();
+                f.write_all(&appended).unwrap();
             })),
             ..CommitHooks::default()
         };
-        let e = append_with_options(
-            &path2,
+        let out = append_with_options(
+            &path,
             Encoding::Zstd,
             None,
             &with_hooks(opts(q.path()), hooks),
             |t| Ok(ev(t.next_seq).into_bytes()),
         )
+        .unwrap();
+        assert_eq!(out.frame_offset, before.len() as u64);
+        let ours = encode_frame(ev(1).as_bytes()).unwrap();
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            [&before[..], &ours, &theirs].concat()
+        );
+
+        // Replaced: our lease ended (its renewals never arrive), and
+        // another writer cut our frame and wrote its own seq 1.
+        let path = session(&root.path().join("replaced"));
+        let replacement = encode_frame(b"{\"type\":\"y\",\"seq\":1}\n").unwrap();
+        let written = replacement.clone();
+        let cfg = LeaseConfig {
+            renew_every: Duration::from_secs(3600),
+            ..fast()
+        };
+        let hooks = CommitHooks {
+            after_write: Some(Box::new(move |p: &Path, at: u64| {
+                std::thread::sleep(cfg.lease - cfg.holder_margin + Duration::from_millis(20));
+                let f = OpenOptions::new().write(true).open(p).unwrap();
+                f.set_len(at).unwrap();
+                f.write_all_at(&written, at).unwrap();
+            })),
+            ..CommitHooks::default()
+        };
+        let o = CommitOptions {
+            lease: Some(cfg),
+            ..with_hooks(opts(q.path()), hooks)
+        };
+        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
         .unwrap_err();
-        assert!(e.to_string().contains("another writer wrote"), "{e}");
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("lease") && text.contains("checked again under the lock"),
+            "{e}"
+        );
+        assert!(text.contains("its lines are not stored"), "{e}");
+        assert!(fs::read(&path).unwrap().ends_with(&replacement));
     }
 
     #[test]
