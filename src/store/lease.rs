@@ -523,11 +523,11 @@ const AMBIGUOUS_CREATE_RETRIES: u32 = 8;
 /// but the name exists afterwards: sshfs turns the server's refusal into
 /// EPERM; when the name is gone again by then — its holder removed it —
 /// the create is retried). Returns the file and the instant before the
-/// create.
-fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, Instant)>> {
+/// create, on the holder's clock ([`HolderInstant`]).
+fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, HolderInstant)>> {
     let mut attempt = 0;
     let (file, start) = loop {
-        let start = Instant::now();
+        let start = HolderInstant::now();
         match OpenOptions::new()
             .read(true)
             .write(true)
@@ -566,12 +566,47 @@ fn create_exclusive(path: &Path, body: &[u8]) -> io::Result<Option<(File, Instan
     Ok(Some((file, start)))
 }
 
+/// A point in time on `CLOCK_BOOTTIME`: as [`Instant`] (`CLOCK_MONOTONIC`),
+/// but counting the time the machine was suspended too. Every judgement a
+/// holder makes of its own lease (may it still write, truncate,
+/// acknowledge; may a claim still break a lock) uses it: a holder waking
+/// from a suspend longer than its lease must know the lease ended, since
+/// a waiter on another machine took the lock over meanwhile, yet its
+/// monotonic clock stood still while it slept. Waiters keep [`Instant`]: a
+/// suspended waiter only waits longer.
+#[derive(Clone, Copy, Debug)]
+struct HolderInstant(Duration);
+
+impl HolderInstant {
+    fn now() -> HolderInstant {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes one timespec we own.
+        let boot = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } == 0;
+        if !boot {
+            // Cannot be on Linux since 2.6.39; the monotonic clock then.
+            // SAFETY: as above.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        }
+        HolderInstant(Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        ))
+    }
+
+    fn elapsed(&self) -> Duration {
+        HolderInstant::now().0.saturating_sub(self.0)
+    }
+}
+
 /// State shared by a guard and its renewal thread.
 struct Shared {
     file: File,
     body: Mutex<LockBody>,
     /// Start of the last successful renewal (or of the create).
-    renewed: Mutex<Instant>,
+    renewed: Mutex<HolderInstant>,
     stop: Mutex<bool>,
     wake: Condvar,
     cfg: LeaseConfig,
@@ -594,7 +629,7 @@ impl Shared {
                 "the lease expired before it could be renewed",
             ));
         }
-        let start = Instant::now();
+        let start = HolderInstant::now();
         // The body stays locked through the write, so that a renewal and a
         // recorded length never land out of order.
         let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
@@ -639,7 +674,7 @@ impl LockGuard {
         protocol: CommitProtocol,
         file: File,
         body: LockBody,
-        created: Instant,
+        created: HolderInstant,
         cfg: &LeaseConfig,
         takeover: Option<Takeover>,
     ) -> LockGuard {
@@ -983,7 +1018,7 @@ fn finish_break(
     dir: &Path,
     path: &Path,
     stale: &Snapshot,
-    claimed: Instant,
+    claimed: HolderInstant,
     cfg: &LeaseConfig,
     protocol: CommitProtocol,
     me: &HolderId,
@@ -1066,6 +1101,18 @@ fn log_takeover(path: &Path, t: &Takeover) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The holder's clock counts as `Instant` does while the machine runs
+    /// (suspend cannot be made in a test: there it also counts the sleep).
+    #[test]
+    fn the_holders_clock_follows_the_monotonic_clock_while_running() {
+        let (h, i) = (HolderInstant::now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(60));
+        let (dh, di) = (h.elapsed(), i.elapsed());
+        assert!(dh >= Duration::from_millis(60), "{dh:?}");
+        let apart = dh.abs_diff(di);
+        assert!(apart < Duration::from_millis(20), "{dh:?} vs {di:?}");
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Barrier;
 
