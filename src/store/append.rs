@@ -209,8 +209,11 @@ pub fn append_batch(
 /// [`StoreError::LockBusy`] (EAGAIN) when the session's lock stayed held by
 /// a live holder for the whole wait; [`StoreError::TornTail`] (EIO) when
 /// the last frame stays incomplete; [`StoreError::CommitFailed`] (EIO) when
-/// the lease expired, the path kept naming another file, the read-back
-/// differed or the file grew during the commit;
+/// the lease expired, the path kept naming another file, or the read-back
+/// differed (a frame written but not proven is settled first: acknowledged
+/// when found in its place, else the error says whether its lines are not
+/// stored or may be), or when a failed write or fsync could not be undone
+/// (its lines may be stored);
 /// [`StoreError::InvalidLine`] / [`StoreError::SeqConflict`] (EINVAL) for a
 /// batch that is not valid complete lines continuing the tail (nothing is
 /// written); [`StoreError::Corrupt`] / [`StoreError::HeaderLess`] when the
@@ -779,6 +782,11 @@ fn scan_raw(path: &Path, file: &File, len: u64, hint: Option<&TailHint>) -> Resu
 /// Writes `bytes` at `offset` with `pwrite` and fsyncs; on failure
 /// truncates back to `offset` (and fsyncs that) if the lease still allows,
 /// then returns the error.
+///
+/// Errors: the write's or fsync's [`StoreError::Io`] (ENOSPC, EIO, ...)
+/// when the file was truncated back (nothing stored);
+/// [`StoreError::CommitFailed`] (EIO) saying the lines may be stored when
+/// it could not be (the lease had ended, or the truncation failed too).
 fn write_durably(
     path: &Path,
     file: &File,
@@ -793,12 +801,25 @@ fn write_durably(
     let Err((op, error)) = written else {
         return Ok(());
     };
+    // Not truncated back, the bytes may have reached the file (a client
+    // whose link died after sending them): the error says the lines may
+    // be stored, so that they are looked for before being written again.
+    let maybe_stored = |why: String| StoreError::CommitFailed {
+        path: path.to_path_buf(),
+        found: format!(
+            "{op} failed ({error}) and {why}: its lines may be stored, so look for them at \
+             the end of the transcript before writing them again"
+        ),
+    };
     if !guard.valid() {
         log::error!(
             "{}: {op} failed ({error}) and the lease has ended, so the file is not \
              truncated back to {offset} bytes; the next writer checks the tail",
             path.display()
         );
+        return Err(maybe_stored(format!(
+            "the lease had ended, so the file was not truncated back to {offset} bytes"
+        )));
     } else if let Err(rollback) = file.set_len(offset).and_then(|()| file.sync_all()) {
         log::error!(
             "{}: {op} failed ({error}) and truncating back to {offset} bytes failed too \
@@ -806,6 +827,11 @@ fn write_durably(
             path.display(),
             super::error::ShellArg(path)
         );
+        return Err(maybe_stored(format!(
+            "truncating back to {offset} bytes failed too ({rollback}); run `sessionfs check \
+             {}` once the file can be reached",
+            super::error::ShellArg(path)
+        )));
     }
     Err(StoreError::io(op, path, error))
 }
