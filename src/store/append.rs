@@ -1097,6 +1097,31 @@ mod protocol_tests {
         }
     }
 
+    /// A lease whose renewals never arrive, and a pause that outlasts it.
+    fn lapsing() -> (LeaseConfig, Duration) {
+        let cfg = LeaseConfig {
+            renew_every: Duration::from_secs(3600),
+            ..fast()
+        };
+        (
+            cfg,
+            cfg.lease - cfg.holder_margin + Duration::from_millis(20),
+        )
+    }
+
+    /// The error of a commit of the next `seq` to `path` under lease `cfg`
+    /// with `hooks`.
+    fn failed_commit(path: &Path, q: &Path, cfg: LeaseConfig, hooks: CommitHooks) -> StoreError {
+        let o = CommitOptions {
+            lease: Some(cfg),
+            ..with_hooks(opts(q), hooks)
+        };
+        append_with_options(path, Encoding::Zstd, None, &o, |t| {
+            Ok(ev(t.next_seq).into_bytes())
+        })
+        .unwrap_err()
+    }
+
     /// root/p/s/session.jsonl.zstd holding the header and seq 0.
     fn session(root: &Path) -> PathBuf {
         let dir = root.join("p").join("s");
@@ -1335,27 +1360,17 @@ mod protocol_tests {
         let path = session(&root.path().join("replaced"));
         let replacement = encode_frame(b"{\"type\":\"y\",\"seq\":1}\n").unwrap();
         let written = replacement.clone();
-        let cfg = LeaseConfig {
-            renew_every: Duration::from_secs(3600),
-            ..fast()
-        };
+        let (cfg, outlast) = lapsing();
         let hooks = CommitHooks {
             after_write: Some(Box::new(move |p: &Path, at: u64| {
-                std::thread::sleep(cfg.lease - cfg.holder_margin + Duration::from_millis(20));
+                std::thread::sleep(outlast);
                 let f = OpenOptions::new().write(true).open(p).unwrap();
                 f.set_len(at).unwrap();
                 f.write_all_at(&written, at).unwrap();
             })),
             ..CommitHooks::default()
         };
-        let o = CommitOptions {
-            lease: Some(cfg),
-            ..with_hooks(opts(q.path()), hooks)
-        };
-        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
-            Ok(ev(t.next_seq).into_bytes())
-        })
-        .unwrap_err();
+        let e = failed_commit(&path, q.path(), cfg, hooks);
         assert_eq!(e.errno(), libc::EIO, "{e}");
         let text = e.to_string();
         assert!(
@@ -1372,24 +1387,12 @@ mod protocol_tests {
         let q = tempfile::tempdir().unwrap();
         let path = session(root.path());
         let before = fs::read(&path).unwrap();
-        let cfg = LeaseConfig {
-            renew_every: Duration::from_secs(3600), // the renewals never arrive
-            ..fast()
-        };
+        let (cfg, outlast) = lapsing();
         let hooks = CommitHooks {
-            before_write: Some(Box::new(move |_: &Path| {
-                std::thread::sleep(cfg.lease - cfg.holder_margin + Duration::from_millis(20));
-            })),
+            before_write: Some(Box::new(move |_: &Path| std::thread::sleep(outlast))),
             ..CommitHooks::default()
         };
-        let o = CommitOptions {
-            lease: Some(cfg),
-            ..with_hooks(opts(q.path()), hooks)
-        };
-        let e = append_with_options(&path, Encoding::Zstd, None, &o, |t| {
-            Ok(ev(t.next_seq).into_bytes())
-        })
-        .unwrap_err();
+        let e = failed_commit(&path, q.path(), cfg, hooks);
         assert!(matches!(e, StoreError::CommitFailed { .. }), "{e}");
         assert!(e.to_string().contains("lease"), "{e}");
         assert_eq!(fs::read(&path).unwrap(), before, "nothing written");
