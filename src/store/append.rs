@@ -308,47 +308,60 @@ pub fn append_with_options(
     if let Some(f) = hooks.and_then(|h| h.after_write.as_ref()) {
         f(path, tail.file_len);
     }
-    let checked = guard
+    let end = tail.file_len + bytes.len() as u64;
+    let read = guard
         .check(path, "reading the frame back")
-        .and_then(|()| read_back(path, protocol, encoding, &bytes, tail.file_len, true))
+        .and_then(|()| read_back(path, protocol, encoding, &bytes, tail.file_len));
+    let frame_whole = read.is_ok();
+    let checked = read
+        .and_then(|len| {
+            if len == end {
+                return Ok(());
+            }
+            Err(read_back_failed(
+                path,
+                tail.file_len,
+                format!(
+                    "the file is {len} bytes long, not {end}: another writer wrote during the \
+                     commit"
+                ),
+            ))
+        })
         .and_then(|()| guard.check(path, "acknowledging the frame"));
-    if let Err(first) = checked {
-        // Written and synced, but not proven. While the lease holds, no
-        // other sessionfs writer acted: a frame that does not read back
-        // whole in its place is not stored. Else (the lease ended, or the
-        // frame is whole but the file went on) the commit is settled; our
-        // locks go first (the settlement takes them again, as any writer
-        // would).
-        let maybe_kept = !guard.valid()
-            || read_back(path, protocol, encoding, &bytes, tail.file_len, false).is_ok();
-        if !maybe_kept {
-            return Err(match first {
-                StoreError::CommitFailed { path, found } => StoreError::CommitFailed {
-                    path,
-                    found: format!(
-                        "{found}; the lease held, so no other writer acted: its lines are not \
-                         stored"
-                    ),
-                },
-                other => other,
-            });
-        }
-        drop(file);
-        drop(guard);
-        settle_unacknowledged(path, encoding, opts, &bytes, tail.file_len, first)?;
-        outcome.frame_len = bytes.len() as u64;
-        outcome.new_file_len = tail.file_len + outcome.frame_len;
-        outcome.hint.offset = outcome.new_file_len;
-        outcome.hint.next_seq = outcome.next_seq;
-        return Ok(outcome);
-    }
-    outcome.frame_len = bytes.len() as u64;
-    outcome.new_file_len = tail.file_len + outcome.frame_len;
-    outcome.hint.offset = outcome.new_file_len;
-    outcome.hint.next_seq = outcome.next_seq;
+    // Written and synced, but not proven. While the lease holds, no other
+    // sessionfs writer acted: a frame that does not read back whole in its
+    // place is not stored. Else (the lease ended, or the frame is whole but
+    // the file went on) the commit is settled once our locks are gone (the
+    // settlement takes them again, as any writer would).
+    let unproven = match checked {
+        Ok(()) => None,
+        Err(first) if guard.valid() && !frame_whole => return Err(not_stored(first)),
+        Err(first) => Some(first),
+    };
     drop(file); // releases the OFD lock
     drop(guard); // removes the lock file
+    if let Some(first) = unproven {
+        settle_unacknowledged(path, encoding, protocol, opts, &bytes, tail.file_len, first)?;
+    }
+    outcome.frame_len = bytes.len() as u64;
+    outcome.new_file_len = end;
+    outcome.hint.offset = outcome.new_file_len;
+    outcome.hint.next_seq = outcome.next_seq;
     Ok(outcome)
+}
+
+/// `e`, a commit failure under a lease that held, saying that the lines
+/// are not stored.
+fn not_stored(e: StoreError) -> StoreError {
+    match e {
+        StoreError::CommitFailed { path, found } => StoreError::CommitFailed {
+            path,
+            found: format!(
+                "{found}; the lease held, so no other writer acted: its lines are not stored"
+            ),
+        },
+        other => other,
+    }
 }
 
 /// Settles a commit whose frame (`bytes` at `offset`) was written and
@@ -369,6 +382,7 @@ pub fn append_with_options(
 fn settle_unacknowledged(
     path: &Path,
     encoding: Encoding,
+    protocol: CommitProtocol,
     opts: &CommitOptions,
     bytes: &[u8],
     offset: u64,
@@ -378,24 +392,18 @@ fn settle_unacknowledged(
         StoreError::CommitFailed { found, .. } => found.clone(),
         other => other.to_string(),
     };
-    let protocol = opts
-        .protocol
-        .unwrap_or_else(|| fskind::protocol_for(path.parent().unwrap_or(Path::new("."))));
     let again = CommitOptions {
         hooks: None,
         ..opts.clone()
     };
+    // Whether the frame is in its place, looked at under the locks (the
+    // batch built is empty: nothing is written).
     let mut found: Option<Result<bool>> = None;
-    let settled = append_with_options(path, encoding, None, &again, |tail| {
-        let end = offset + bytes.len() as u64;
-        found = Some(if tail.file_len < end {
-            Ok(false)
-        } else {
-            match read_back(path, protocol, encoding, bytes, offset, false) {
-                Ok(()) => Ok(true),
-                Err(StoreError::CommitFailed { .. }) => Ok(false),
-                Err(e) => Err(e),
-            }
+    let settled = append_with_options(path, encoding, None, &again, |_| {
+        found = Some(match read_back(path, protocol, encoding, bytes, offset) {
+            Ok(_) => Ok(true),
+            Err(StoreError::CommitFailed { .. }) => Ok(false),
+            Err(e) => Err(e),
         });
         Ok(Vec::new())
     });
@@ -407,10 +415,10 @@ fn settle_unacknowledged(
              before writing them again"
         ),
     };
-    match (settled, found) {
-        (Err(e), _) => Err(unknown(e.to_string())),
-        (Ok(_), Some(Err(e))) => Err(unknown(e.to_string())),
-        (Ok(_), Some(Ok(true))) => {
+    let found = settled.and_then(|_| found.expect("the settlement reads the tail"));
+    match found {
+        Err(e) => Err(unknown(e.to_string())),
+        Ok(true) => {
             log::warn!(
                 "{}: {first_found}; checked again under the lock, the frame at byte {offset} \
                  is in the transcript and stays: acknowledged",
@@ -418,8 +426,7 @@ fn settle_unacknowledged(
             );
             Ok(())
         }
-        (Ok(_), None) => Err(unknown("the tail was not read".into())),
-        (Ok(_), Some(Ok(false))) => Err(StoreError::CommitFailed {
+        Ok(false) => Err(StoreError::CommitFailed {
             path: path.to_path_buf(),
             found: format!(
                 "{first_found}; checked again under the lock, its frame at byte {offset} is not \
@@ -838,8 +845,9 @@ fn write_durably(
 
 /// Reads the frame back through a fresh descriptor (`O_DIRECT` on a remote
 /// protocol where accepted) and compares it with what was written; checks
-/// that a zstd frame walks as one frame of that length and, when
-/// `ends_file`, that the file ends where the frame ends.
+/// that a zstd frame walks as one frame of that length. Returns the
+/// file's length (bytes) as the server has it then: the caller knows
+/// whether the file must end where the frame ends.
 ///
 /// Errors: [`StoreError::CommitFailed`] (EIO) saying what was found;
 /// [`StoreError::Io`] when it cannot be read.
@@ -849,18 +857,8 @@ fn read_back(
     encoding: Encoding,
     bytes: &[u8],
     offset: u64,
-    ends_file: bool,
-) -> Result<()> {
-    let fail = |found: String| {
-        log::error!(
-            "{}: read-back of the frame at byte {offset}: {found}",
-            path.display()
-        );
-        StoreError::CommitFailed {
-            path: path.to_path_buf(),
-            found: format!("the frame written at byte {offset} read back wrong: {found}"),
-        }
-    };
+) -> Result<u64> {
+    let fail = |found: String| read_back_failed(path, offset, found);
     let fresh = lease::open_fresh_read(path, protocol)
         .map_err(|e| StoreError::io("open for read-back", path, e))?;
     let mut got = vec![0u8; bytes.len()];
@@ -891,9 +889,9 @@ fn read_back(
     let end = offset + bytes.len() as u64;
     let (_, _, len) = statx_at(fresh.as_raw_fd(), Path::new(""), protocol)
         .map_err(|e| StoreError::io("stat", path, e))?;
-    if len != end && (ends_file || len < end) {
+    if len < end {
         return Err(fail(format!(
-            "the file is {len} bytes long, not {end}: another writer wrote during the commit"
+            "the file is {len} bytes long, it ends inside it"
         )));
     }
     if encoding == Encoding::Zstd {
@@ -904,7 +902,20 @@ fn read_back(
             Err(e) => return Err(fail(format!("{}", StoreError::from_frame(path, e)))),
         }
     }
-    Ok(())
+    Ok(len)
+}
+
+/// The error (logged) of a frame at `offset` that read back wrong:
+/// [`StoreError::CommitFailed`] with what was `found`.
+fn read_back_failed(path: &Path, offset: u64, found: String) -> StoreError {
+    log::error!(
+        "{}: read-back of the frame at byte {offset}: {found}",
+        path.display()
+    );
+    StoreError::CommitFailed {
+        path: path.to_path_buf(),
+        found: format!("the frame written at byte {offset} read back wrong: {found}"),
+    }
 }
 
 #[cfg(test)]
