@@ -579,21 +579,13 @@ struct HolderInstant(Duration);
 
 impl HolderInstant {
     fn now() -> HolderInstant {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: writes one timespec we own.
-        let boot = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } == 0;
-        if !boot {
-            // Cannot be on Linux since 2.6.39; the monotonic clock then.
-            // SAFETY: as above.
-            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        }
-        HolderInstant(Duration::new(
-            u64::try_from(ts.tv_sec).unwrap_or(0),
-            u32::try_from(ts.tv_nsec).unwrap_or(0),
-        ))
+        use nix::time::{clock_gettime, ClockId};
+        // CLOCK_BOOTTIME cannot fail on Linux since 2.6.39; the monotonic
+        // clock otherwise.
+        let ts = clock_gettime(ClockId::CLOCK_BOOTTIME)
+            .or_else(|_| clock_gettime(ClockId::CLOCK_MONOTONIC))
+            .unwrap_or_else(|_| nix::sys::time::TimeSpec::new(0, 0));
+        HolderInstant(Duration::from(ts))
     }
 
     fn elapsed(&self) -> Duration {
@@ -1101,6 +1093,8 @@ fn log_takeover(path: &Path, t: &Takeover) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
 
     /// The holder's clock counts as `Instant` does while the machine runs
     /// (suspend cannot be made in a test: there it also counts the sleep).
@@ -1113,8 +1107,6 @@ mod tests {
         let apart = dh.abs_diff(di);
         assert!(apart < Duration::from_millis(20), "{dh:?} vs {di:?}");
     }
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Barrier;
 
     fn fast() -> LeaseConfig {
         LeaseConfig::from_lease(Duration::from_millis(300))

@@ -156,9 +156,8 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
     // Layout findings first: temporaries, flat files, duplicates, moves.
     for i in 0..scan.layout.len() {
         let f = scan.layout[i].clone();
-        if let Some(why) = not_repaired_through(&f.path) {
-            scan.layout[i].fix = why;
-            continue;
+        if is_link(&f.path) {
+            continue; // its fix says why (mark_links)
         }
         let done = match f.kind {
             Kind::StaleTemporary | Kind::FlatArtifact | Kind::DuplicateId => run
@@ -190,11 +189,8 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
             }
             continue;
         }
-        if let Some(why) = not_repaired_through(&path) {
-            for f in &mut scan.files[fi].findings {
-                f.fix = why.clone();
-            }
-            continue;
+        if is_link(&path) {
+            continue; // its findings' fix says why (mark_links)
         }
         let findings = scan.files[fi].findings.clone();
         if findings.iter().any(|f| f.remedy == Remedy::SetAside) {
@@ -265,8 +261,7 @@ pub(super) fn mark_links(scan: &mut Scan) {
 /// into the quarantine and drop the link), and a restore would put back a
 /// regular file, not the link. `None` for anything else.
 fn not_repaired_through(path: &Path) -> Option<String> {
-    let meta = fs::symlink_metadata(path).ok()?;
-    if !meta.file_type().is_symlink() {
+    if !is_link(path) {
         return None;
     }
     let target = fs::read_link(path)
@@ -278,6 +273,12 @@ fn not_repaired_through(path: &Path) -> Option<String> {
          and run the doctor again",
         Shown(path)
     ))
+}
+
+/// Whether `path` is a symbolic link (checked again by the repairs right
+/// before they act: the scan's report may be older).
+fn is_link(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// Most decoded bytes read from a torn frame when salvaging its lines.
