@@ -124,3 +124,80 @@ fn a_duplicate_id_is_listed_once_and_refused() {
     );
     mount.stop();
 }
+
+/// A directory without a transcript is not a session (FORMAT.md, Layout):
+/// one of the name of a session in a later project (what `doctor
+/// --repair` of a duplicate id leaves) does not hide that session from
+/// `.by-id`, `locate` or `append` (found by a fresh tester: all three
+/// said there was no such session while `list` showed it).
+#[test]
+fn a_directory_without_a_transcript_hides_no_session_of_its_name() {
+    let root = tempfile::tempdir().unwrap();
+    copy_tree(&corpus_dir().join("duplicate/root"), root.path());
+    fs::remove_file(
+        root.path()
+            .join("--home-alice-work-app--/dup-id/session.jsonl.zstd"),
+    )
+    .unwrap();
+    let kept = root
+        .path()
+        .join("--home-alice-work-other--/dup-id/session.jsonl.zstd");
+    let sessionfs = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = sessionfs(&[
+        "locate".as_ref(),
+        root.path().as_os_str(),
+        "dup-id".as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.stdout,
+        [kept.as_os_str().as_encoded_bytes(), b"\n"].concat()
+    );
+    let mount = Mount::start(root.path(), &[]);
+    assert_eq!(
+        fs::read_link(mount.join(".by-id/dup-id")).unwrap(),
+        Path::new("../--home-alice-work-other--/dup-id")
+    );
+    assert!(common::list_dir(&mount.join(".by-id")).contains(&"dup-id".into()));
+    mount.stop();
+    let before = common::zstd_dc(&kept);
+    let next: serde_json::Value = serde_json::from_slice(
+        before
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    let line = format!(
+        "{{\"type\":\"x-note\",\"seq\":{},\"time\":1,\"data\":{{}},\"ignorable\":true}}\n",
+        next["seq"].as_u64().unwrap() + 1
+    );
+    let out = common::run_with_stdin(
+        env!("CARGO_BIN_EXE_sessionfs"),
+        [
+            "append".as_ref(),
+            root.path().as_os_str(),
+            "dup-id".as_ref(),
+        ],
+        line.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        common::zstd_dc(&kept),
+        [&before[..], line.as_bytes()].concat()
+    );
+}

@@ -162,11 +162,28 @@ impl Store {
         holds_transcript(&self.root().join(&d.project).join(&d.session))
     }
 
-    /// The catalog's session directories, one per name.
+    /// The catalog's session directories, one per name: the first project
+    /// (in byte order) holding one, or, when several do, the first whose
+    /// directory holds a transcript (a directory without one is not a
+    /// session, FORMAT.md, Layout: it must not hide the session of that name
+    /// in a later project; `doctor --repair` of a duplicate leaves one).
+    /// Only names held by several projects are looked at.
     fn unique_session_dirs(&self) -> Result<Vec<SessionDir>> {
         let mut first: BTreeMap<OsString, OsString> = BTreeMap::new();
         for d in self.discovery().session_dirs()? {
-            first.entry(d.session).or_insert(d.project);
+            match first.entry(d.session) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(d.project);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    let root = self.root();
+                    if !holds_transcript(&root.join(o.get()).join(o.key()))
+                        && holds_transcript(&root.join(&d.project).join(o.key()))
+                    {
+                        o.insert(d.project);
+                    }
+                }
+            }
         }
         let mut out: Vec<SessionDir> = first
             .into_iter()
