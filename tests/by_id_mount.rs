@@ -173,8 +173,7 @@ fn a_directory_without_a_transcript_hides_no_session_of_its_name() {
     let next: serde_json::Value = serde_json::from_slice(
         before
             .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .last()
+            .rfind(|l| !l.is_empty())
             .unwrap(),
     )
     .unwrap();
