@@ -77,10 +77,12 @@ impl Caller {
     /// A key that differs between callers whose view may differ: uid, gid
     /// and supplementary groups.
     pub fn view_key(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (self.uid, self.gid, self.groups()).hash(&mut h);
-        h.finish() | 1
+        let ids: Vec<u8> = [self.uid, self.gid]
+            .iter()
+            .chain(self.groups().iter())
+            .flat_map(|id| id.to_le_bytes())
+            .collect();
+        crate::store::hash::of(&ids) | 1
     }
 
     /// Whether the caller has `need` on `path` (not following a final

@@ -8,7 +8,6 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
-use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -1347,11 +1346,7 @@ fn cookie_of(name: &OsStr) -> u64 {
     match name.as_bytes() {
         b"." => 1,
         b".." => 2,
-        bytes => {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            bytes.hash(&mut hasher);
-            hasher.finish().max(3)
-        }
+        bytes => crate::store::hash::of(bytes).max(3),
     }
 }
 

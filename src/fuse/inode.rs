@@ -208,15 +208,12 @@ const PATH_DERIVED: u64 = 1 << 63;
 /// backing identity: a hash of both with [`PATH_DERIVED`] set (never
 /// [`ROOT_INO`]).
 pub fn child_ino(parent: u64, name: &OsStr) -> u64 {
-    derived_ino((parent, name.as_bytes()))
+    derived_ino(parent, name.as_bytes())
 }
 
-/// A hash of `key` with [`PATH_DERIVED`] set.
-fn derived_ino(key: impl std::hash::Hash) -> u64 {
-    use std::hash::Hasher;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    key.hash(&mut h);
-    h.finish() | PATH_DERIVED
+/// A hash of `(seed, bytes)` with [`PATH_DERIVED`] set.
+fn derived_ino(seed: u64, bytes: &[u8]) -> u64 {
+    crate::store::hash::seeded(seed, bytes) | PATH_DERIVED
 }
 
 /// The inode number of a passed-through entry whose backing file has
@@ -230,7 +227,7 @@ fn derived_ino(key: impl std::hash::Hash) -> u64 {
 /// own file system.
 pub fn backing_ino(derived: u64, dev: u64, backing_ino: u64, root_dev: u64) -> u64 {
     if dev != root_dev {
-        return derived_ino((dev, backing_ino));
+        return derived_ino(dev, &backing_ino.to_le_bytes());
     }
     if backing_ino & PATH_DERIVED == 0 && backing_ino > ROOT_INO {
         backing_ino

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,10 +29,7 @@ use crate::identity::{id_body, ids_match, resolve_id, IdLookupError};
 pub(crate) type SeenDirs = std::collections::HashSet<u64>;
 
 fn dir_hash(project: &OsStr, session: &OsStr) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (project, session).hash(&mut h);
-    h.finish()
+    super::hash::pair(project.as_bytes(), session.as_bytes())
 }
 
 /// Session directories by the body of their ids, built once per catalog
@@ -62,10 +60,7 @@ enum Which {
 }
 
 fn body_hash(id: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    id_body(id).hash(&mut h);
-    h.finish()
+    super::hash::of(id_body(id).as_bytes())
 }
 
 impl IdIndex {

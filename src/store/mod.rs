@@ -17,6 +17,7 @@ pub mod error;
 pub mod frame;
 pub mod fresh;
 pub mod fskind;
+pub mod hash;
 pub mod header;
 pub mod index;
 pub mod index_store;
