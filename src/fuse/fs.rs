@@ -253,7 +253,10 @@ fn kind_of_entry(kind: EntryKind, path: &Path) -> Kind {
     match kind {
         EntryKind::Dir => Kind::Dir,
         EntryKind::Symlink => Kind::Symlink,
-        EntryKind::File | EntryKind::Transcript | EntryKind::FlatArtifact => Kind::File,
+        EntryKind::File
+        | EntryKind::Transcript
+        | EntryKind::ConflictCopy
+        | EntryKind::FlatArtifact => Kind::File,
         EntryKind::Special => std::fs::symlink_metadata(path)
             .map(|m| kind_of_meta(&m))
             .unwrap_or(Kind::File),
@@ -594,9 +597,22 @@ impl SessionFs {
                     || name == crate::store::Encoding::Zstd.file_name()
                 {
                     return Err(FsError::NoEntry);
+                } else if let Some(conflict) = self.conflict_node(&project, &session, name)? {
+                    conflict
                 } else if crate::store::is_foreign_transcript_name(name) {
+                    // Only an entry that is there is another version's
+                    // transcript: a name probed or about to be created is
+                    // missing (create then refuses it with EPERM).
+                    let path = self.store.backing_path(&child_path);
+                    if let Err(e) = std::fs::symlink_metadata(&path) {
+                        return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                            FsError::NoEntry
+                        } else {
+                            StoreError::io("stat", &path, e).into()
+                        });
+                    }
                     return Err(StoreError::UnsupportedVersion {
-                        path: self.store.backing_path(&child_path),
+                        path,
                         detail: "a transcript under a name this format version does not use".into(),
                     }
                     .into());
@@ -611,6 +627,7 @@ impl SessionFs {
             },
             Node::Transcript { .. }
             | Node::Rendered { .. }
+            | Node::ConflictCopy { .. }
             | Node::ByIdLink { .. }
             | Node::ViewLink { .. } => return Err(FsError::NotDir),
         };
@@ -810,6 +827,20 @@ impl SessionFs {
                 Ok(a)
             }
             Node::Rendered { project, session } => self.rendered_attr(ino, project, session),
+            Node::ConflictCopy {
+                project,
+                session,
+                name,
+            } => {
+                let view = self
+                    .store
+                    .conflict_copy(project, session, name)?
+                    .refresh()?;
+                let mut a = attr_of(ino, &view.meta);
+                a.size = view.plain_len;
+                a.perm &= !0o222;
+                Ok(a)
+            }
             Node::Passthrough { rel } => {
                 // Removed or replaced on the backing side while open, or
                 // unlinked through the mount while held: the file this
@@ -874,6 +905,26 @@ impl SessionFs {
                 Handle::Transcript(t)
             }
             Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
+            Node::ConflictCopy {
+                project,
+                session,
+                name,
+            } => {
+                if writing {
+                    log::warn!(
+                        "open of {}/{}/{} for writing refused: a sync tool's conflict copy \
+                         is read-only; `sessionfs doctor --repair` turns its divergent part \
+                         into a fork session",
+                        project.to_string_lossy(),
+                        session.to_string_lossy(),
+                        name.to_string_lossy()
+                    );
+                    return Err(FsError::Refused);
+                }
+                let t = self.store.conflict_copy(&project, &session, &name)?;
+                bypass = t.known_damage();
+                Handle::Transcript(t)
+            }
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let file = std::fs::OpenOptions::new()
@@ -1221,6 +1272,7 @@ impl SessionFs {
             }
             Node::Transcript { .. }
             | Node::Rendered { .. }
+            | Node::ConflictCopy { .. }
             | Node::ByIdLink { .. }
             | Node::ViewLink { .. } => return Err(FsError::NotDir),
         }

@@ -152,6 +152,25 @@ fn lookup_getattr_and_read_show_the_committed_transcript() {
 }
 
 #[test]
+fn another_versions_transcript_name_fails_only_when_it_is_there() {
+    let f = Fixture::new(&note(0, 0, 0));
+    let session = f.fs.lookup(ROOT_INO, OsStr::new(PROJECT)).unwrap();
+    let session = f.fs.lookup(session.ino, OsStr::new(SESSION)).unwrap();
+    let name = OsStr::new("session.v3.jsonl.zstd");
+    // Missing: probes get ENOENT, and creating it is refused (EPERM).
+    assert_eq!(errno(f.fs.lookup(session.ino, name)), Err(libc::ENOENT));
+    let owner = super::fs_write::Owner { uid: 0, gid: 0 };
+    assert_eq!(
+        errno(f.fs.create(session.ino, name, 0o644, libc::O_WRONLY, owner)),
+        Err(libc::EPERM)
+    );
+    // There: an unsupported format version (EIO), as MOUNT.md says.
+    let dir = f._dir.path().join(PROJECT).join(SESSION);
+    std::fs::write(dir.join(name), b"later format").unwrap();
+    assert_eq!(errno(f.fs.lookup(session.ino, name)), Err(libc::EIO));
+}
+
+#[test]
 fn a_write_is_pending_until_fsync_and_read_your_writes_commits_it() {
     let f = Fixture::new(&note(0, 0, 0));
     let before = f.on_disk();
