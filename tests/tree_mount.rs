@@ -7,6 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -374,6 +375,107 @@ fn a_transcript_that_is_not_a_regular_file_fails_with_eio() {
         assert_errno(fs::read(&view), libc::EIO, s);
     }
     assert!(fs::read(mount.join("--home-alice-work-app--/Session-A/session.jsonl")).is_ok());
+    mount.stop();
+}
+
+/// `zstd -dc FILE`: the standard tool's reading of a zstd file.
+fn zstd_dc(path: &Path) -> Vec<u8> {
+    let out = Command::new("zstd").arg("-dc").arg(path).output().unwrap();
+    assert!(out.status.success(), "zstd -dc {}", path.display());
+    out.stdout
+}
+
+#[test]
+fn sync_conflict_copies_are_shown_read_only_and_decompressed_under_their_own_name() {
+    let (_root_tmp, root) = corpus_copy("normal");
+    let rel = "--home-alice-work-app--/Session-A";
+    let dir = root.join(rel);
+    let syncthing = "session.sync-conflict-20260105-101500-ABCDEFG.jsonl";
+    let dropbox = "session.jsonl (alice's conflicted copy 2026-01-05)";
+    let raw = "session.sync-conflict-20260106-080000-HIJKLMN.jsonl";
+    for copy in [syncthing, dropbox] {
+        fs::copy(
+            dir.join("session.jsonl.zstd"),
+            dir.join(format!("{copy}.zstd")),
+        )
+        .unwrap();
+    }
+    let plain = zstd_dc(&dir.join("session.jsonl.zstd"));
+    fs::write(dir.join(raw), &plain).unwrap();
+    let mount = Mount::start(root.as_path(), &[]);
+    let m = mount.join(rel);
+    // The transcript goes on after the copies were made.
+    let last = plain
+        .trim_ascii_end()
+        .rsplit(|&b| b == b'\n')
+        .next()
+        .unwrap();
+    let next = serde_json::from_slice::<serde_json::Value>(last).unwrap()["seq"]
+        .as_u64()
+        .unwrap()
+        + 1;
+    let line = format!(
+        "{{\"type\":\"x-note\",\"seq\":{next},\"time\":1,\"data\":{{}},\"ignorable\":true}}\n"
+    );
+    let mut w = fs::OpenOptions::new()
+        .append(true)
+        .open(m.join("session.jsonl"))
+        .unwrap();
+    std::io::Write::write_all(&mut w, line.as_bytes()).unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    let names = common::list_dir(&m);
+    for copy in [syncthing, dropbox] {
+        assert!(names.iter().any(|n| n == copy), "{copy} not in {names:?}");
+        assert!(!names
+            .iter()
+            .any(|n| n.to_string_lossy() == format!("{copy}.zstd")));
+        let shown = m.join(copy);
+        assert_eq!(
+            fs::read(&shown).unwrap(),
+            zstd_dc(&dir.join(format!("{copy}.zstd"))),
+            "{copy}"
+        );
+        assert_eq!(fs::metadata(&shown).unwrap().len(), plain.len() as u64);
+        assert_eq!(
+            fs::metadata(&shown).unwrap().permissions().mode() & 0o222,
+            0
+        );
+        assert_errno(
+            fs::OpenOptions::new().append(true).open(&shown),
+            libc::EPERM,
+            copy,
+        );
+        assert_errno(fs::remove_file(&shown), libc::EPERM, copy);
+        assert_errno(
+            fs::metadata(m.join(format!("{copy}.zstd"))),
+            libc::ENOENT,
+            copy,
+        );
+    }
+    // A raw copy is shown as it is; the transcript has the new line.
+    assert_eq!(fs::read(m.join(raw)).unwrap(), plain);
+    assert_eq!(
+        fs::read(m.join("session.jsonl")).unwrap().len(),
+        plain.len() + line.len()
+    );
+    // Another version's transcript name fails only when it is there.
+    assert_errno(
+        fs::metadata(m.join("session.v3.jsonl")),
+        libc::ENOENT,
+        "missing v3",
+    );
+    assert_errno(
+        fs::write(m.join("session.v3.jsonl"), b"x"),
+        libc::EPERM,
+        "create v3",
+    );
+    fs::write(dir.join("session.v3.jsonl.zstd"), b"x").unwrap();
+    assert_errno(
+        fs::metadata(m.join("session.v3.jsonl.zstd")),
+        libc::EIO,
+        "v3",
+    );
     mount.stop();
 }
 

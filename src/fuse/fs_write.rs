@@ -48,7 +48,8 @@ fn io_errno(path: &Path, op: &'static str, e: std::io::Error) -> FsError {
 }
 
 /// Whether `name` in a session directory belongs to the store's own
-/// protocol (the transcript, its temporaries, other-version transcripts):
+/// protocol (the transcript, its temporaries, other-version transcripts,
+/// sync tools' conflict copies, which `sessionfs doctor` resolves):
 /// such names cannot be created, removed or renamed through the mount.
 fn is_store_owned_name(name: &OsStr) -> bool {
     name == VIEW_NAME
@@ -56,6 +57,7 @@ fn is_store_owned_name(name: &OsStr) -> bool {
         || name == "session.jsonl.zstd"
         || is_publication_temp(name)
         || is_foreign_transcript_name(name)
+        || crate::store::conflict::encoding_of(name).is_some()
 }
 
 impl SessionFs {
@@ -652,7 +654,9 @@ impl SessionFs {
             return self.getattr(ino);
         }
         let backing = match &node {
-            Node::Rendered { .. } => return Err(eperm(format!("{} is read-only", path.display()))),
+            Node::Rendered { .. } | Node::ConflictCopy { .. } => {
+                return Err(eperm(format!("{} is read-only", path.display())))
+            }
             Node::Transcript { project, session } => {
                 // The size is the committed length plus the complete lines
                 // pending in this mount's handles (MOUNT.md, Attributes):

@@ -64,6 +64,13 @@ pub enum Node {
         project: OsString,
         session: OsString,
     },
+    /// A sync tool's conflict copy of the transcript, shown read-only and
+    /// decompressed as `name` (see `store::conflict`).
+    ConflictCopy {
+        project: OsString,
+        session: OsString,
+        name: OsString,
+    },
     /// A session-owned entry, passed through (`rel` is relative to the root).
     Passthrough { rel: PathBuf },
 }
@@ -83,6 +90,8 @@ enum Stored {
     Session,
     Transcript,
     Rendered,
+    /// Rebuilt from its path: project, session, shown name.
+    ConflictCopy,
     /// A view's directory (`.by-cwd`, `.by-date`, `.by-title`) whose path
     /// inside the view is its mount path without the view's own name (as
     /// every view node looked up is): rebuilt from the path, like the
@@ -145,6 +154,7 @@ impl Stored {
             Node::Session { .. } => Stored::Session,
             Node::Transcript { .. } => Stored::Transcript,
             Node::Rendered { .. } => Stored::Rendered,
+            Node::ConflictCopy { .. } => Stored::ConflictCopy,
             Node::ViewDir { .. } | Node::ViewLink { .. } => Stored::View,
             Node::Passthrough { .. } => Stored::Passthrough,
         }
@@ -181,6 +191,11 @@ impl Stored {
             Stored::Rendered => Node::Rendered {
                 project: next(),
                 session: next(),
+            },
+            Stored::ConflictCopy => Node::ConflictCopy {
+                project: next(),
+                session: next(),
+                name: next(),
             },
             Stored::ViewDir(view) => Node::ViewDir {
                 view: *view,

@@ -4,6 +4,7 @@
 pub mod access;
 mod adapter;
 pub mod budget;
+mod conflict;
 mod crash_hook;
 pub mod error;
 pub mod fs;

@@ -10,6 +10,7 @@ pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod classify;
+pub mod conflict;
 pub mod decode;
 pub mod discovery;
 pub mod doctor;
@@ -105,6 +106,9 @@ pub enum EntryKind {
     Symlink,
     /// The decompressed view `session.jsonl` of a transcript.
     Transcript,
+    /// A sync tool's conflict copy of the transcript, listed under the
+    /// name the mount shows it by ([`conflict::shown_name`]).
+    ConflictCopy,
     /// A flat artifact `<project>/<name>.jsonl[.zstd]` (refused at lookup).
     FlatArtifact,
     /// A FIFO, socket or device node passed through (its exact type is
@@ -184,6 +188,7 @@ pub fn is_foreign_transcript_name(name: &OsStr) -> bool {
         && (b.ends_with(b".jsonl") || b.ends_with(b".jsonl.zstd"))
         && b != b"session.jsonl"
         && b != b"session.jsonl.zstd"
+        && conflict::encoding_of(name).is_none()
 }
 
 fn kind_of(file_type: fs::FileType) -> Option<EntryKind> {
@@ -357,6 +362,13 @@ impl Store {
                     }
                     continue;
                 }
+                if kind == EntryKind::File && conflict::encoding_of(&name).is_some() {
+                    out.push(Entry {
+                        name: conflict::shown_name(&dir, &name),
+                        kind: EntryKind::ConflictCopy,
+                    });
+                    continue;
+                }
             }
             out.push(Entry { name, kind });
         }
@@ -411,7 +423,32 @@ impl Store {
         }
     }
 
+    /// The sync tool's conflict copy the mount shows as `shown` in the
+    /// session directory `project/session` (see [`conflict`]), opened in
+    /// its own encoding; not checked for duplicates or placement (a copy
+    /// stands beside the transcript it copies).
+    ///
+    /// Errors: [`StoreError::NotFound`] when no conflict copy is shown
+    /// under that name; the errors of [`Transcript::open`].
+    pub fn conflict_copy(
+        &self,
+        project: &OsStr,
+        session: &OsStr,
+        shown: &OsStr,
+    ) -> Result<Arc<Transcript>> {
+        let dir = self.root.join(project).join(session);
+        let name = conflict::backing_name(&dir, shown).ok_or_else(|| StoreError::NotFound {
+            path: dir.join(shown),
+        })?;
+        let encoding = conflict::encoding_of(&name).unwrap_or(self.encoding);
+        self.open_transcript_as(&dir.join(name), encoding)
+    }
+
     fn open_transcript(&self, path: &Path) -> Result<Arc<Transcript>> {
+        self.open_transcript_as(path, self.encoding)
+    }
+
+    fn open_transcript_as(&self, path: &Path, encoding: Encoding) -> Result<Arc<Transcript>> {
         let cached = self.transcripts.lock().get(path).cloned();
         if let Some(t) = cached {
             discovery::count(1); // the refresh's stat
@@ -421,7 +458,7 @@ impl Store {
         discovery::count(1); // the open (its own reads are per transcript)
         let t = Arc::new(Transcript::open_with(
             path,
-            self.encoding,
+            encoding,
             Arc::clone(&self.cache),
             self.index_dir.clone(),
         )?);

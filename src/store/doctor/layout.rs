@@ -5,7 +5,6 @@
 //!
 //! Source: FORMAT.md ("Layout"), MOUNT.md ("The tree", "Shared roots").
 
-use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -57,21 +56,6 @@ fn sorted_entries(dir: &Path) -> std::io::Result<Vec<fs::DirEntry>> {
     let mut v: Vec<fs::DirEntry> = fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     v.sort_by_key(|e| e.file_name());
     Ok(v)
-}
-
-/// Whether `name` is a sync tool's conflict copy of a transcript; its
-/// encoding if so.
-pub fn conflict_copy_encoding(name: &OsStr) -> Option<Encoding> {
-    let n = name.to_str()?;
-    let enc = if n.ends_with(".zstd") {
-        Encoding::Zstd
-    } else {
-        Encoding::Raw
-    };
-    let syncthing = n.starts_with("session.sync-conflict-")
-        && (n.ends_with(".jsonl") || n.ends_with(".jsonl.zstd"));
-    let dropbox = n.starts_with("session.jsonl") && n.contains("conflicted copy");
-    (syncthing || dropbox).then_some(enc)
 }
 
 fn age(meta: &fs::Metadata, now: SystemTime) -> Duration {
@@ -249,7 +233,7 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                     ),
                 ));
             }
-        } else if let Some(encoding) = conflict_copy_encoding(&name) {
+        } else if let Some(encoding) = super::super::conflict::encoding_of(&name) {
             out.conflicts.push(ConflictCopy {
                 transcript: dir.join(encoding.file_name()),
                 path,
