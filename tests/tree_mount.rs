@@ -143,7 +143,7 @@ fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
     let second = Mount::start_at(root.as_path(), &mnt, &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let readable = loop {
-        if fs::read_dir(&mnt).map(|d| d.count() > 0).unwrap_or(false) {
+        if fs::read_dir(&mnt).is_ok_and(|d| d.filter_map(Result::ok).count() > 0) {
             break true;
         }
         if Instant::now() > deadline {
@@ -155,6 +155,50 @@ fn restart_on_a_mount_point_left_by_a_killed_daemon_recovers_it() {
     second.stop();
     drop(first);
     assert!(wait_mounted(&mnt, false), "mount left behind");
+}
+
+#[test]
+fn roots_and_mount_points_with_spaces_tabs_and_backslashes_mount_and_recover() {
+    let (_root_tmp, root) = corpus_copy("normal");
+    // mountinfo writes these bytes as octal escapes (\040, \011, \134).
+    let spaced_root = root.parent().unwrap().join("my sessions");
+    fs::rename(root.as_path(), &spaced_root).unwrap();
+    let mnt_dir = tempfile::tempdir().unwrap();
+    let mnt = fs::canonicalize(mnt_dir.path()).unwrap().join("a b\tc\\d");
+    fs::create_dir(&mnt).unwrap();
+    let mut first = Mount::start_at(&spaced_root, &mnt, &[]);
+    assert!(mnt
+        .join("--home-alice-work-app--/Session-A/session.jsonl")
+        .is_file());
+    // A live mount there is refused...
+    let second = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("mount")
+        .arg(&spaced_root)
+        .arg(&mnt)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains("already a sessionfs mount"), "{said}");
+    // ...and one left by a killed daemon is recovered.
+    first.kill_daemon();
+    let again = Mount::start_at(&spaced_root, &mnt, &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Entries that read: a listing of the stale mount fails (ENOTCONN),
+    // and the bare directory in between is empty.
+    let served = |p: &Path| fs::read_dir(p).map_or(0, |d| d.filter_map(Result::ok).count());
+    while served(&mnt) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted mount does not serve"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    again.stop();
+    drop(first);
+    assert!(wait_mounted(&mnt, false), "mount left behind");
+    fs::rename(&spaced_root, root.as_path()).unwrap();
 }
 
 #[test]

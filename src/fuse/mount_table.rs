@@ -1,12 +1,12 @@
 //! The process's view of the mount table (`/proc/self/mountinfo`, read
-//! with procfs): which mount sits at a path, and whether a mount that
+//! by `store::mountinfo`): which mount sits at a path, and whether a mount that
 //! sessionfs made is still there. A mount is known by its mount id, so a
 //! daemon never mistakes a newer mount at the same path for its own
 //! (MOUNT.md, Mount options).
 
 use std::path::{Path, PathBuf};
 
-use procfs::process::{MountInfo, Process};
+use crate::store::mountinfo::{self, MountLine};
 
 /// File system type of a sessionfs mount as mountinfo shows it.
 pub const FS_TYPE: &str = "fuse.sessionfs";
@@ -37,16 +37,16 @@ pub struct MountEntry {
 }
 
 impl MountEntry {
-    fn from_info(m: MountInfo) -> Self {
+    fn from_line(m: MountLine) -> Self {
         MountEntry {
-            id: m.mnt_id,
+            id: m.id,
             dev: m.majmin,
             mount_point: m.mount_point,
             fs_type: m.fs_type,
-            source: m.mount_source,
-            mount_read_only: m.mount_options.contains_key("ro"),
-            super_read_only: m.super_options.contains_key("ro"),
-            mount_options: m.mount_options.into_keys().collect(),
+            source: m.source,
+            mount_read_only: m.mount_options.iter().any(|o| o == "ro"),
+            super_read_only: m.super_options.iter().any(|o| o == "ro"),
+            mount_options: m.mount_options,
         }
     }
 
@@ -72,10 +72,8 @@ impl MountEntry {
 ///
 /// Errors: a message naming /proc/self/mountinfo when it cannot be read.
 pub fn entries() -> Result<Vec<MountEntry>, String> {
-    let infos = Process::myself()
-        .and_then(|p| p.mountinfo())
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-    Ok(infos.into_iter().map(MountEntry::from_info).collect())
+    let lines = mountinfo::read().map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    Ok(lines.into_iter().map(MountEntry::from_line).collect())
 }
 
 /// The mount visible at `path` (the last one mounted there), if any.

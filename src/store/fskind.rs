@@ -399,53 +399,21 @@ fn statfs_magic(path: &Path) -> Option<i64> {
 /// longest path prefix of `root` (the last such line: later mounts cover
 /// earlier ones).
 fn mountinfo_entry(root: &Path) -> Option<(PathBuf, String)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let table = super::mountinfo::read().ok()?;
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let mut best: Option<(PathBuf, String)> = None;
-    for line in text.lines() {
-        let Some((point, fstype)) = parse_mountinfo_line(line) else {
-            continue;
-        };
-        if !root.starts_with(&point) {
+    for m in table {
+        if !root.starts_with(&m.mount_point) {
             continue;
         }
         let better = best
             .as_ref()
-            .is_none_or(|(b, _)| point.as_os_str().len() >= b.as_os_str().len());
+            .is_none_or(|(b, _)| m.mount_point.as_os_str().len() >= b.as_os_str().len());
         if better {
-            best = Some((point, fstype));
+            best = Some((m.mount_point, m.fs_type));
         }
     }
     best
-}
-
-/// Mount point (field 5, octal escapes undone) and type (first field
-/// after the ` - ` separator) of one mountinfo line.
-fn parse_mountinfo_line(line: &str) -> Option<(PathBuf, String)> {
-    let (left, right) = line.split_once(" - ")?;
-    let point = left.split(' ').nth(4)?;
-    let fstype = right.split(' ').next()?;
-    Some((PathBuf::from(unescape_octal(point)), fstype.to_string()))
-}
-
-fn unescape_octal(s: &str) -> std::ffi::OsString {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&out))
 }
 
 /// Protocols already detected, by device (`st_dev`).
@@ -500,14 +468,6 @@ mod tests {
         assert_eq!(classify(SMB2_MAGIC, Some("smb3")), FsKind::Cifs);
         assert_eq!(classify(0x1234, Some("nfs4")), FsKind::Nfs);
         assert_eq!(classify(0x1234, None), FsKind::Unknown);
-    }
-
-    #[test]
-    fn parses_mountinfo_lines() {
-        let line = "36 35 0:42 / /mnt/with\\040space rw,relatime shared:1 - fuse.sshfs u@h:/x rw,user_id=0";
-        let (point, fstype) = parse_mountinfo_line(line).unwrap();
-        assert_eq!(point, PathBuf::from("/mnt/with space"));
-        assert_eq!(fstype, "fuse.sshfs");
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod json;
 pub mod lease;
 pub mod limits;
 pub mod lines;
+pub mod mountinfo;
 pub mod naming;
 pub mod publish;
 pub mod quarantine;
