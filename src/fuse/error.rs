@@ -75,8 +75,20 @@ pub enum FsError {
 }
 
 impl FsError {
-    /// The errno to reply with: the one map of the mount.
+    /// The errno to reply with: the one map of the mount. A backing file
+    /// system's ENOTCONN or ECONNABORTED (a network client whose link or
+    /// server is gone) is EIO here: from a FUSE mount those two mean that
+    /// its own daemon is dead, to tools and to `sessionfs mount` alike,
+    /// which would then take a live mount for a stale one (the log names
+    /// the backing path and its error).
     pub fn errno(&self) -> i32 {
+        match self.own_errno() {
+            libc::ENOTCONN | libc::ECONNABORTED => libc::EIO,
+            errno => errno,
+        }
+    }
+
+    fn own_errno(&self) -> i32 {
         match self {
             FsError::Store(e) => e.errno(),
             FsError::NoEntry => libc::ENOENT,
@@ -173,6 +185,17 @@ mod tests {
         ];
         for (e, errno) in cases {
             assert_eq!(e.errno(), errno, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_backing_clients_lost_connection_is_eio_never_enotconn() {
+        for lost in [libc::ENOTCONN, libc::ECONNABORTED] {
+            let backing = std::io::Error::from_raw_os_error(lost);
+            let store = FsError::Store(StoreError::io("stat", "/net/root".as_ref(), backing));
+            assert_eq!(store.errno(), libc::EIO);
+            let io = FsError::Io(std::io::Error::from_raw_os_error(lost));
+            assert_eq!(io.errno(), libc::EIO);
         }
     }
 }

@@ -171,6 +171,13 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
                 ))
             }
         }
+        // A live sessionfs daemon answered with an error: its store fails
+        // (a network client under it lost its server, say).
+        Err(e) if top.as_ref().is_some_and(|m| m.is_sessionfs()) => Err(format!(
+            "{shown} is already a sessionfs mount (of {}), whose daemon answers but whose \
+             store fails ({e}); unmount it first (`umount {shown}`) or pick another mount point",
+            top.as_ref().and_then(|m| m.root()).unwrap_or("?")
+        )),
         Err(e) => Err(format!(
             "mount point {shown}: {e}; create the directory (mkdir -p) or pick another"
         )),
