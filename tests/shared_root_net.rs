@@ -316,6 +316,74 @@ fn the_test_network_serves_one_root_to_two_clients() {
     drop(sshd);
 }
 
+/// Waits (at most `limit`) until `done` holds; whether it did.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn a_live_mount_whose_sshfs_client_died_is_still_reachable_and_not_taken_for_stale() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    copy_tree(&corpus_dir().join("normal/root"), &backing);
+    let sshd = Sshd::start();
+    let client = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    let m = mount_a(client.path(), &[]);
+    assert!(m
+        .join("--home-alice-work-app--/Session-A")
+        .join(VIEW)
+        .is_file());
+    // The network client under the live daemon dies: its mount point
+    // answers ENOTCONN.
+    // SAFETY: kill(2) of the client's process id.
+    assert_eq!(unsafe { libc::kill(client.pid() as i32, libc::SIGKILL) }, 0);
+    let lost = || {
+        fs::metadata(client.path())
+            .err()
+            .and_then(|e| e.raw_os_error())
+    };
+    assert!(wait_until(Duration::from_secs(10), || lost() == Some(libc::ENOTCONN)));
+    // The mount answers EIO, never ENOTCONN (which means a dead daemon),
+    // once the kernel's cached root listing and attributes have expired.
+    let listing = || {
+        fs::read_dir(m.path())
+            .and_then(|mut d| d.next().transpose().map(|_| ()))
+            .err()
+            .and_then(|e| e.raw_os_error())
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || listing() == Some(libc::EIO)),
+        "listing: {:?}",
+        listing()
+    );
+    // Its status file still answers, and a second mount there is refused
+    // (it used to detach the live mount as a stale one).
+    let status = fs::read_to_string(m.join(".sessionfs-status")).unwrap();
+    assert!(status.contains("\"pid\""), "{status}");
+    let other = tempdir("sessionfs-net-other-");
+    let second = Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .arg("mount")
+        .arg(other.path())
+        .arg(m.path())
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains("already a sessionfs mount"), "{said}");
+    let log = m.stop();
+    assert!(log.contains("Transport endpoint is not connected"), "{log}");
+    drop(client);
+    drop(sshd);
+}
+
 // ---------------------------------------------------------------------------
 // Small concurrency helpers
 // ---------------------------------------------------------------------------

@@ -186,6 +186,9 @@ pub struct SessionFs {
     listings: Mutex<lru::LruCache<(u64, u64), Listing>>,
     /// Open renderings of `session.md` files (`rendered.rs`).
     pub(super) renderings: super::rendered::Renderings,
+    /// The root's attributes as last read, answered while the root cannot
+    /// be stat'ed (see [`SessionFs::root_attr`]).
+    last_root: Mutex<Option<Attr>>,
     /// The `.by-*` views' catalog (see `views.rs`).
     pub(super) views: ViewCatalog,
     /// Only the mount's owner can reach it ([`SessionFs::set_single_caller`]).
@@ -288,6 +291,7 @@ impl SessionFs {
                 NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
             )),
             renderings: Default::default(),
+            last_root: Mutex::new(None),
         }
     }
 
@@ -1297,8 +1301,27 @@ impl SessionFs {
     }
 
     /// Attributes of the mount root (the store root's).
+    ///
+    /// While the root cannot be stat'ed (a network client under it lost its
+    /// server), its attributes as last read answer, logged: the mount then
+    /// stays reachable (its status file answers, and a path walk through
+    /// the root, which the kernel checks with a getattr, reaches it), and
+    /// what needs the store fails with its own error.
     pub(super) fn root_attr(&self, ino: u64) -> FsResult<Attr> {
-        Ok(attr_of(ino, &lstat(self.store.root())?))
+        match lstat(self.store.root()) {
+            Ok(meta) => {
+                let attr = attr_of(ino, &meta);
+                *self.last_root.lock() = Some(attr);
+                Ok(attr)
+            }
+            Err(e) => {
+                let Some(last) = *self.last_root.lock() else {
+                    return Err(e);
+                };
+                log::warn!("{e}; answering the root's attributes as last read");
+                Ok(Attr { ino, ..last })
+            }
+        }
     }
 
     /// Attributes of the backing entry at `rel` (relative to the root).
