@@ -5,7 +5,7 @@
 //!
 //! Source: MOUNT.md, "The tree", "Attributes", "Reading", "Details".
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::num::NonZeroUsize;
@@ -173,8 +173,9 @@ pub struct SessionFs {
     /// The budget of pending bytes of all writers (`--pending-budget`).
     pub(super) budget: Arc<PendingBudget>,
     /// Project and session directories made by `mkdir` that exist only in
-    /// this mount until something is committed in them (mount paths).
-    pub(super) virtual_dirs: Mutex<HashSet<PathBuf>>,
+    /// this mount until something is committed in them (mount paths),
+    /// with the time each was made (its times, as a local directory's).
+    pub(super) virtual_dirs: Mutex<HashMap<PathBuf, SystemTime>>,
     /// Batch window of appends.
     pub(super) batch_window: Duration,
     /// Inodes whose attributes the kernel must drop (sent by a thread
@@ -284,7 +285,7 @@ impl SessionFs {
             handles: HandleTable::default(),
             budget: Arc::new(PendingBudget::new(DEFAULT_PENDING_BUDGET)),
             single_caller: false,
-            virtual_dirs: Mutex::new(HashSet::new()),
+            virtual_dirs: Mutex::new(HashMap::new()),
             batch_window,
             invalidate: Mutex::new(None),
             listings: Mutex::new(lru::LruCache::new(
@@ -376,8 +377,18 @@ impl SessionFs {
         }
     }
 
+    /// When the virtual directory `path` was made; now for any other path
+    /// (an unpublished transcript's directory already on disk).
+    pub(super) fn virtual_since(&self, path: &Path) -> SystemTime {
+        self.virtual_dirs
+            .lock()
+            .get(path)
+            .copied()
+            .unwrap_or_else(SystemTime::now)
+    }
+
     pub(super) fn is_virtual(&self, path: &Path) -> bool {
-        self.virtual_dirs.lock().contains(path)
+        self.virtual_dirs.lock().contains_key(path)
     }
 
     /// The store served.
@@ -791,7 +802,7 @@ impl SessionFs {
                         self.virtual_dirs.lock().remove(&path);
                         Ok(attr_of(ino, &meta))
                     }
-                    Err(_) => Ok(virtual_dir_attr(ino)),
+                    Err(_) => Ok(virtual_dir_attr(ino, self.virtual_since(&path))),
                 }
             }
             Node::Project { project } => Ok(attr_of(
@@ -811,7 +822,8 @@ impl SessionFs {
             Node::Transcript { project, session } => {
                 let t = match self.store.transcript(project, session) {
                     Err(StoreError::NotFound { .. }) if self.has_unpublished_writer(ino) => {
-                        let mut a = new_transcript_attr(ino);
+                        let dir = Path::new(project).join(session);
+                        let mut a = new_transcript_attr(ino, self.virtual_since(&dir));
                         a.size = self.pending_len_of(ino);
                         return Ok(a);
                     }
@@ -1119,7 +1131,7 @@ impl SessionFs {
     fn virtual_children(&self, parent: &Path, listed: &[OsString]) -> Vec<OsString> {
         self.virtual_dirs
             .lock()
-            .iter()
+            .keys()
             .filter(|p| p.parent() == Some(parent))
             .filter_map(|p| p.file_name().map(OsStr::to_os_string))
             .filter(|n| !listed.contains(n))
@@ -1376,16 +1388,15 @@ impl SessionFs {
 }
 
 /// Attributes of a directory made by `mkdir` that exists only in the mount.
-fn virtual_dir_attr(ino: u64) -> Attr {
-    let now = SystemTime::now();
+fn virtual_dir_attr(ino: u64, made: SystemTime) -> Attr {
     Attr {
         ino,
         kind: Kind::Dir,
         size: 0,
         blocks: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
+        atime: made,
+        mtime: made,
+        ctime: made,
         perm: 0o700,
         nlink: 2,
         // SAFETY: geteuid/getegid cannot fail.
@@ -1397,12 +1408,12 @@ fn virtual_dir_attr(ino: u64) -> Attr {
 }
 
 /// Attributes of a `session.jsonl` created but not yet published: empty.
-fn new_transcript_attr(ino: u64) -> Attr {
+fn new_transcript_attr(ino: u64, made: SystemTime) -> Attr {
     Attr {
         kind: Kind::File,
         perm: 0o600,
         nlink: 1,
-        ..virtual_dir_attr(ino)
+        ..virtual_dir_attr(ino, made)
     }
 }
 

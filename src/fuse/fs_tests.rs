@@ -171,6 +171,31 @@ fn another_versions_transcript_name_fails_only_when_it_is_there() {
 }
 
 #[test]
+fn a_directory_made_by_mkdir_keeps_its_times_until_it_is_published() {
+    let f = Fixture::new(&note(0, 0, 0));
+    let owner = super::fs_write::Owner { uid: 0, gid: 0 };
+    let project =
+        f.fs.mkdir(ROOT_INO, OsStr::new("--tmp-new--"), 0o755, owner)
+            .unwrap();
+    let session =
+        f.fs.mkdir(project.ino, OsStr::new("s1"), 0o755, owner)
+            .unwrap();
+    // Until the clock has moved on (a deadline, never a fixed sleep).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::SystemTime::now() <= session.mtime + Duration::from_millis(5) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock did not move"
+        );
+        std::thread::yield_now();
+    }
+    for (made, ino) in [(project, project.ino), (session, session.ino)] {
+        let again = f.fs.getattr(ino).unwrap();
+        assert_eq!((again.mtime, again.ctime), (made.mtime, made.ctime));
+    }
+}
+
+#[test]
 fn a_write_is_pending_until_fsync_and_read_your_writes_commits_it() {
     let f = Fixture::new(&note(0, 0, 0));
     let before = f.on_disk();

@@ -392,7 +392,9 @@ impl SessionFs {
                 )))
             }
         };
-        self.virtual_dirs.lock().insert(child_path.clone());
+        self.virtual_dirs
+            .lock()
+            .insert(child_path.clone(), std::time::SystemTime::now());
         let ino = super::inode::child_ino(parent, name);
         self.inodes.looked_up(parent, &child_path, &node, ino);
         self.getattr(ino)
@@ -441,7 +443,7 @@ impl SessionFs {
             let has_children = self
                 .virtual_dirs
                 .lock()
-                .iter()
+                .keys()
                 .any(|p| p.parent() == Some(&child_path));
             if has_children {
                 return Err(FsError::NotEmpty);
