@@ -34,7 +34,7 @@ fn header(id: &str, cwd: Option<&str>) -> Vec<u8> {
 
 fn ev(seq: u64, note: &str) -> String {
     format!(
-        "{{\"type\":\"user/message\",\"seq\":{seq},\"time\":1,\"data\":{{\"note\":\"{note}\"}}}}\n"
+        "{{\"type\":\"x-note\",\"seq\":{seq},\"time\":1,\"data\":{{\"note\":\"{note}\"}},\"ignorable\":true}}\n"
     )
 }
 

@@ -141,7 +141,7 @@ impl std::error::Error for LineError {}
 
 /// A non-negative safe integer (`Number.isSafeInteger(n) && n >= 0`),
 /// whether written as `5`, `5.0` or `5e0`.
-fn safe_non_negative(value: Option<&Value>) -> Option<u64> {
+pub(crate) fn safe_non_negative(value: Option<&Value>) -> Option<u64> {
     safe_integer(value).and_then(|n| u64::try_from(n).ok())
 }
 
@@ -235,11 +235,32 @@ fn check_row(tag: &str, members_key: &str, row: &Map<String, Value>) -> Result<S
 }
 
 /// Checks one line to be written (without its `\n`): valid UTF-8, then
-/// as [`read_record`].
+/// as [`read_record`], and an event (not a packed row) also as the
+/// reference checks each event it loads ([`super::event_shape`]).
 ///
 /// Errors: the reason, as a sentence fragment.
 pub fn parse_record(line: &[u8]) -> Result<Record, String> {
-    record_of(line, Utf8::Require)
+    let record = record_of(line, Utf8::Require)?;
+    if let Record::Event(_) = record {
+        // Whole, this time (the check reads into `data`). A line serde_json
+        // cannot take whole (nested beyond its recursion limit, a lone
+        // surrogate escape) passed JSON.parse's rules above: not refused.
+        if let Ok(event) = serde_json::from_slice::<serde_json::Map<String, Value>>(line) {
+            let row = event
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| ROW_TYPES.iter().any(|(r, _)| *r == t));
+            if let Some(why) = (!row)
+                .then(|| super::event_shape::refusal(&event))
+                .flatten()
+            {
+                return Err(format!(
+                    "the reference would refuse to load the session: {why}"
+                ));
+            }
+        }
+    }
+    Ok(record)
 }
 
 /// Reads one committed line (without its `\n`) as the reference does
