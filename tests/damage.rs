@@ -295,14 +295,20 @@ fn no_deleted_header_byte_lets_repair_cut_intact_frames() {
 /// checksum; `head -c 200` through the mount gets the right bytes.
 #[test]
 fn head_of_a_transcript_with_a_bad_middle_frame_succeeds() {
+    // The bad frame starts past the first two pages: through the page
+    // cache (whole pages), only the pages that hold it fail.
     let parts = [
         header("badmiddle"),
-        event(0, 740),
+        event(0, 9000),
         event(1, 740),
         event(2, 740),
     ];
     let (mut bytes, starts) = frames(&parts);
-    assert!((1900..2400).contains(&bytes.len()), "{} bytes", bytes.len());
+    assert!(
+        (7000..14000).contains(&bytes.len()),
+        "{} bytes",
+        bytes.len()
+    );
     // The last byte of the middle frame is in its checksum.
     bytes[starts[3] - 1] ^= 0x55;
     let plain = parts.concat().into_bytes();
@@ -314,8 +320,11 @@ fn head_of_a_transcript_with_a_bad_middle_frame_succeeds() {
     // Store level: a short read before the bad frame, EIO inside it.
     let t = open_store_level(&path);
     assert_eq!(t.cached_attr().plain_len, plain.len() as u64);
-    assert_eq!(t.read(0, 4096).unwrap(), &plain[..bad_at]);
-    assert_eq!(t.read(100, 4096).unwrap(), &plain[100..bad_at]);
+    assert_eq!(t.read(0, 1 << 20).unwrap(), &plain[..bad_at]);
+    assert_eq!(t.read(100, 1 << 20).unwrap(), &plain[100..bad_at]);
+    // Through the page cache's reads, never short.
+    assert_eq!(t.read_no_short(0, 1 << 20).unwrap_err().errno(), libc::EIO);
+    assert_eq!(t.read_no_short(0, 4096).unwrap(), &plain[..4096]);
     assert_eq!(t.read(bad_at as u64, 10).unwrap_err().errno(), libc::EIO);
     let after = (bad_at + parts[2].len()) as u64;
     assert_eq!(t.read(after, 4096).unwrap(), &plain[after as usize..]);
@@ -332,6 +341,57 @@ fn head_of_a_transcript_with_a_bad_middle_frame_succeeds() {
         libc::EIO,
         "read inside the bad frame",
     );
+    // `cat` never ends early at the bad frame: the first reader through
+    // the page cache, then one opened once the damage is known (without
+    // the page cache: the bytes before it, then EIO).
+    for round in ["first", "known"] {
+        let cat = sh("cat \"$1\"", [&view]);
+        assert!(
+            !cat.status.success(),
+            "{round}: cat exited 0 with {} bytes",
+            cat.stdout.len()
+        );
+        assert!(
+            plain.starts_with(&cat.stdout),
+            "{round}: cat gave other bytes"
+        );
+    }
+    mount.assert_alive();
+    mount.stop();
+}
+
+#[test]
+fn a_frame_ending_inside_a_line_never_passes_for_the_end_of_the_transcript() {
+    // The audit's case: the second frame ends 5 bytes before its newline,
+    // the third completes the line.
+    let e0 = event(0, 40);
+    let (cut, rest) = e0.split_at(e0.len() - 5);
+    let parts = [
+        header("midline"),
+        cut.to_string(),
+        format!("{rest}{}", event(1, 40)),
+    ];
+    let (bytes, _) = frames(&parts);
+    let prefix = parts[0].len();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    write_session(&root, "midline", &bytes);
+    let mut mount = Mount::start(&root, &[]);
+    let view = mount.join(PROJECT).join("midline/session.jsonl");
+    let first = sh("cat \"$1\"", [&view]);
+    assert!(
+        !first.status.success(),
+        "cat exited 0 with {} bytes",
+        first.stdout.len()
+    );
+    // Known now: served without the page cache, the header line, then EIO.
+    let again = sh("cat \"$1\"", [&view]);
+    assert!(
+        !again.status.success(),
+        "cat exited 0 with {} bytes",
+        again.stdout.len()
+    );
+    assert_eq!(again.stdout, &parts[0].as_bytes()[..prefix]);
     mount.assert_alive();
     mount.stop();
 }

@@ -733,14 +733,14 @@ impl SessionFs {
     }
 
     /// Whether `path` (relative to the root, at the root or project level)
-    /// is a name file managers probe for that does not exist: such names
-    /// get ENOENT without the store's lookup and without a log line. One
-    /// that exists (a `.git` directory) is looked up like any other name,
-    /// so that it shows with its real type, as readdir lists it.
+    /// is a name file managers probe for: such names get ENOENT without
+    /// touching the backing store and without a log line (MOUNT.md,
+    /// Details: a remote root pays a round trip per probe otherwise), and
+    /// listings at those levels leave them out, so that nothing listed
+    /// fails its lookup. A directory made by `mkdir` through the mount is
+    /// looked up as usual.
     fn is_absent_probe(&self, path: &Path) -> bool {
-        path.file_name().is_some_and(is_probe_name)
-            && !self.is_virtual(path)
-            && std::fs::symlink_metadata(self.store.backing_path(path)).is_err()
+        path.file_name().is_some_and(is_probe_name) && !self.is_virtual(path)
     }
 
     /// Attributes of an inode. A transcript's size (bytes) is its committed
@@ -918,7 +918,7 @@ impl SessionFs {
                 // short read before the damage is not taken for the end of
                 // the file by the kernel, and a read at the damage fails.
                 bypass = t.known_damage();
-                Handle::Transcript(t)
+                Handle::Transcript(t, !bypass)
             }
             Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
             Node::ConflictCopy {
@@ -939,7 +939,7 @@ impl SessionFs {
                 }
                 let t = self.store.conflict_copy(&project, &session, &name)?;
                 bypass = t.known_damage();
-                Handle::Transcript(t)
+                Handle::Transcript(t, !bypass)
             }
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
@@ -965,13 +965,15 @@ impl SessionFs {
     /// Errors: EBADF for an unknown handle; EIO for a corrupt frame.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         match self.handles.get(fh) {
-            Some(Handle::Transcript(t)) => self.read_transcript(ino, &t, offset, size),
+            Some(Handle::Transcript(t, cached)) => {
+                self.read_transcript(ino, &t, offset, size, !cached)
+            }
             Some(Handle::Rendered(t, r)) => self.rendered_read(&t, &r, offset, size),
             Some(Handle::Writer(w)) => {
                 let dir = w.session_dir();
                 let (project, session) = split_session_dir(&dir);
                 match self.store.transcript(project, session) {
-                    Ok(t) => self.read_transcript(ino, &t, offset, size),
+                    Ok(t) => self.read_transcript(ino, &t, offset, size, true),
                     Err(StoreError::NotFound { .. }) => Ok(pending_slice(
                         self.pending_bytes_of(ino).as_deref(),
                         0,
@@ -1005,19 +1007,29 @@ impl SessionFs {
     /// zero-filled by the kernel. So a read past the committed end first
     /// commits this mount's pending lines of that transcript, and a still
     /// incomplete last line of its writer is served as written
-    /// (read-your-writes, as on a local file system).
+    /// (read-your-writes, as on a local file system). `short_ok`: the
+    /// handle bypasses the page cache, so a read that runs into damage may
+    /// return the bytes before it; else it fails with the damage's error.
     fn read_transcript(
         &self,
         ino: u64,
         t: &Transcript,
         offset: u64,
         size: u32,
+        short_ok: bool,
     ) -> FsResult<Vec<u8>> {
         let end = offset.saturating_add(u64::from(size));
         if end > t.cached_attr().plain_len {
             self.commit_pending_of(ino);
         }
-        let mut data = t.read(offset, size)?;
+        let read = |at: u64, n: u32| {
+            if short_ok {
+                t.read(at, n)
+            } else {
+                t.read_no_short(at, n)
+            }
+        };
+        let mut data = read(offset, size)?;
         if offset + data.len() as u64 >= end || self.writers_of(ino).is_empty() {
             // Whole, or nothing of this mount pending: `t.read` saw the
             // transcript as it is (it re-stats reads past its known end).
@@ -1045,7 +1057,7 @@ impl SessionFs {
             };
             let committed = attr.plain_len;
             if committed > got_to {
-                match t.read(got_to, rest) {
+                match read(got_to, rest) {
                     Ok(more) if !more.is_empty() => data.extend(more),
                     _ => break,
                 }
@@ -1223,7 +1235,9 @@ impl SessionFs {
                 }
                 let mut names = self.store.list_projects()?;
                 names.extend(self.virtual_children(&path, &names));
-                for project in names {
+                // Probe names are not looked up at this level (see
+                // `is_absent_probe`): nor are they listed.
+                for project in names.into_iter().filter(|n| !is_probe_name(n)) {
                     add(project, Kind::Dir);
                 }
             }
@@ -1255,7 +1269,7 @@ impl SessionFs {
                             kind: EntryKind::Dir,
                         }),
                 );
-                for e in listed {
+                for e in listed.into_iter().filter(|e| !is_probe_name(&e.name)) {
                     let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
                     add(e.name, kind);
                 }

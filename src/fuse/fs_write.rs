@@ -202,7 +202,7 @@ impl SessionFs {
                 r.map_err(FsError::Io)?;
                 Ok(data.len() as u32)
             }
-            Some(Handle::Transcript(_) | Handle::Rendered(..)) | None => Err(FsError::BadHandle),
+            Some(Handle::Transcript(..) | Handle::Rendered(..)) | None => Err(FsError::BadHandle),
         }
     }
 

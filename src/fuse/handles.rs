@@ -22,8 +22,10 @@ use crate::store::Transcript;
 /// An open file of the mount.
 #[derive(Clone)]
 pub(super) enum Handle {
-    /// A `session.jsonl` opened for reading.
-    Transcript(Arc<Transcript>),
+    /// A `session.jsonl` opened for reading (or a conflict copy), and
+    /// whether the kernel caches its pages (then a short read would be
+    /// taken for the end of the file: see `Transcript::read_no_short`).
+    Transcript(Arc<Transcript>, bool),
     /// `session.md`: its transcript and rendering (`rendered.rs`).
     Rendered(Arc<Transcript>, Arc<Rendering>),
     /// A writable `session.jsonl` (appends buffered per handle).
@@ -70,7 +72,7 @@ impl HandleTable {
     /// open descriptor still reads once the directory is removed on disk.
     pub(super) fn transcript_held_in(&self, dir: &Path) -> Option<Arc<Transcript>> {
         self.table.lock().values().find_map(|h| match h {
-            Handle::Transcript(t) | Handle::Rendered(t, _) if t.path().parent() == Some(dir) => {
+            Handle::Transcript(t, _) | Handle::Rendered(t, _) if t.path().parent() == Some(dir) => {
                 Some(Arc::clone(t))
             }
             _ => None,

@@ -369,6 +369,22 @@ impl Transcript {
     /// [`StoreError::Damaged`] when it starts at or past the damage the
     /// view ends at; [`StoreError::Io`].
     pub fn read(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
+        self.read_with(offset, size, true)
+    }
+
+    /// [`Transcript::read`] for a reader through the kernel's page cache,
+    /// which takes a short read for the end of the file (and the file's
+    /// size for the bytes it got): a request that runs into a frame failing
+    /// to decode, or into the damage the view ends at, fails whole with that
+    /// error instead (MOUNT.md, The tree: "fails that read with `EIO`, so no
+    /// tool mistakes the prefix for the whole transcript").
+    ///
+    /// Errors: as [`Transcript::read`].
+    pub fn read_no_short(&self, offset: u64, size: u32) -> Result<Vec<u8>> {
+        self.read_with(offset, size, false)
+    }
+
+    fn read_with(&self, offset: u64, size: u32, short_ok: bool) -> Result<Vec<u8>> {
         if offset.saturating_add(u64::from(size)) > self.state.read().plain_len() {
             self.refresh()?;
         }
@@ -384,7 +400,12 @@ impl Transcript {
             }
         };
         if let Some(d) = index.damage() {
-            if offset >= index.prefix_len() {
+            let past = if short_ok {
+                offset
+            } else {
+                offset.saturating_add(u64::from(size))
+            };
+            if past > index.prefix_len() || offset >= index.prefix_len() {
                 return Err(damaged(&self.path, d));
             }
         }
@@ -462,7 +483,7 @@ impl Transcript {
                 Err(e @ StoreError::Io { .. }) => return Err(e),
                 Err(e) => {
                     self.bad_frame_seen.store(true, Ordering::Relaxed);
-                    if out.is_empty() {
+                    if out.is_empty() || !short_ok {
                         return Err(e);
                     }
                     // A short read: the bytes before the bad frame.
