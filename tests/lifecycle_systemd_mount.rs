@@ -165,16 +165,10 @@ fn open_for_nobody(root: &Path, mnt: &Path) {
     std::os::unix::fs::chown(mnt, Some(NOBODY), Some(NOBODY)).unwrap();
 }
 
-#[test]
-fn a_normal_user_mounts_through_fusermount3() {
-    let root = corpus_copy("normal");
-    let mnt_dir = mount_point();
-    let mnt = canon(mnt_dir.path());
-    open_for_nobody(root.path(), &mnt);
-    // The user reaches /dev/fuse through a group (as on a desktop, where
-    // udev opens it to all); the device's owner and mode come back after.
-    let _dev = DevFuseGroup::grant();
-    let args: Vec<&OsStr> = vec![
+/// `setpriv` arguments that run `sessionfs mount ROOT MNT --read-only` as
+/// the unprivileged user, in the group that reaches /dev/fuse.
+fn mount_as_nobody<'a>(root: &'a Path, mnt: &'a Path) -> Vec<&'a OsStr> {
+    vec![
         OsStr::new("--reuid"),
         OsStr::new("65534"),
         OsStr::new("--regid"),
@@ -184,14 +178,64 @@ fn a_normal_user_mounts_through_fusermount3() {
         OsStr::new("--"),
         OsStr::new(lifecycle_support::BIN),
         OsStr::new("mount"),
-        root.path().as_os_str(),
+        root.as_os_str(),
         mnt.as_os_str(),
         OsStr::new("--read-only"),
         OsStr::new("--index-cache"),
         OsStr::new("none"),
-    ];
+    ]
+}
+
+#[test]
+fn a_normal_users_mount_left_by_a_killed_daemon_is_recovered_by_that_user() {
+    let root = corpus_copy("normal");
+    let mnt_dir = mount_point();
+    let mnt = canon(mnt_dir.path());
+    open_for_nobody(root.path(), &mnt);
+    let _dev = DevFuseGroup::grant();
+    let mut first = spawn_program("setpriv", &mount_as_nobody(root.path(), &mnt), &mnt);
+    first.wait_mounted_as_other_user(Duration::from_secs(20));
+    first.signal(libc::SIGKILL);
+    assert!(
+        first.wait(Duration::from_secs(5)).is_some(),
+        "the daemon did not die"
+    );
+    // The user's own next mount detaches the stale one (through
+    // fusermount3: umount2 is root's) and serves.
+    let mut second = spawn_program("setpriv", &mount_as_nobody(root.path(), &mnt), &mnt);
+    let session = mnt.join("--home-alice-work-app--/Session-A/session.jsonl");
+    let served = lifecycle_support::wait_until(Duration::from_secs(20), || {
+        as_nobody("cat")
+            .arg(&session)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(
+        served,
+        "the second mount does not serve; log:\n{}",
+        second.log()
+    );
+    second.signal(libc::SIGTERM);
+    let status = second.wait(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}; log:\n{}",
+        second.log()
+    );
+    assert!(!common::is_mounted(&mnt), "the user's mount is still there");
+}
+
+#[test]
+fn a_normal_user_mounts_through_fusermount3() {
+    let root = corpus_copy("normal");
+    let mnt_dir = mount_point();
+    let mnt = canon(mnt_dir.path());
+    open_for_nobody(root.path(), &mnt);
+    // The user reaches /dev/fuse through a group (as on a desktop, where
+    // udev opens it to all); the device's owner and mode come back after.
+    let _dev = DevFuseGroup::grant();
     // setpriv execs the daemon: the child's pid is the daemon's.
-    let mut d = spawn_program("setpriv", &args, &mnt);
+    let mut d = spawn_program("setpriv", &mount_as_nobody(root.path(), &mnt), &mnt);
     d.wait_mounted_as_other_user(Duration::from_secs(20));
     let entry = common::mount_entry(&mnt).expect("mounted");
     assert!(entry.fs_type.starts_with("fuse"), "{entry:?}");

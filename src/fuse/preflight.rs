@@ -157,8 +157,10 @@ fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
             log::warn!("mount point {shown} was left behind by a dead daemon ({e}); detaching it");
             let detached = match top {
                 Some(top) => {
+                    // As a normal user through fusermount3 (umount2 is
+                    // root's), as the daemon's own unmount does.
                     mount_table::top_at(mountpoint).is_some_and(|now| now.id == top.id)
-                        && nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH).is_ok()
+                        && super::run::unmount_path(mountpoint, true).is_ok()
                 }
                 None => false,
             };

@@ -529,7 +529,7 @@ fn unmount_own(own: &MountEntry, path: &Path) {
 
 /// `umount2(path)` (lazily: `MNT_DETACH`); as a normal user, through
 /// `fusermount3 -u` (`-z` for lazy), which checks that the mount is ours.
-fn unmount_path(path: &Path, lazy: bool) -> Result<(), String> {
+pub(super) fn unmount_path(path: &Path, lazy: bool) -> Result<(), String> {
     let flags = if lazy {
         nix::mount::MntFlags::MNT_DETACH
     } else {
