@@ -165,6 +165,19 @@ fn open_for_nobody(root: &Path, mnt: &Path) {
     std::os::unix::fs::chown(mnt, Some(NOBODY), Some(NOBODY)).unwrap();
 }
 
+/// Stops the user's daemon `d` with SIGTERM: it exits 0 within 5 s and
+/// its mount at `mnt` is gone.
+fn stop_cleanly(d: &mut Daemon, mnt: &Path) {
+    d.signal(libc::SIGTERM);
+    let status = d.wait(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}; log:\n{}",
+        d.log()
+    );
+    assert!(!common::is_mounted(mnt), "the user's mount is still there");
+}
+
 /// `setpriv` arguments that run `sessionfs mount ROOT MNT --read-only` as
 /// the unprivileged user, in the group that reaches /dev/fuse.
 fn mount_as_nobody<'a>(root: &'a Path, mnt: &'a Path) -> Vec<&'a OsStr> {
@@ -215,14 +228,7 @@ fn a_normal_users_mount_left_by_a_killed_daemon_is_recovered_by_that_user() {
         "the second mount does not serve; log:\n{}",
         second.log()
     );
-    second.signal(libc::SIGTERM);
-    let status = second.wait(Duration::from_secs(5));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}; log:\n{}",
-        second.log()
-    );
-    assert!(!common::is_mounted(&mnt), "the user's mount is still there");
+    stop_cleanly(&mut second, &mnt);
 }
 
 #[test]
@@ -251,14 +257,7 @@ fn a_normal_user_mounts_through_fusermount3() {
         common::sha256_hex(&out.stdout),
         common::expected_readraw_sha("normal", "Session-A")
     );
-    d.signal(libc::SIGTERM);
-    let status = d.wait(Duration::from_secs(5));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}; log:\n{}",
-        d.log()
-    );
-    assert!(!common::is_mounted(&mnt), "the user's mount is still there");
+    stop_cleanly(&mut d, &mnt);
 }
 
 /// Where a normal user cannot mount, the message says why: no

@@ -36,18 +36,9 @@ fn file_manager_probe_names_get_enoent_at_root_and_project_levels() {
             name,
         );
     }
-    // Even when the name exists on disk at the root or project level, it
-    // is not looked for there (the disk is not asked: MOUNT.md) nor
-    // listed; inside a session directory it is an ordinary name.
-    fs::create_dir(root.join(".Trash-1000")).unwrap();
-    assert_errno(
-        fs::metadata(mount.join(".Trash-1000")),
-        libc::ENOENT,
-        "on disk",
-    );
-    assert!(!common::list_dir(mount.path())
-        .iter()
-        .any(|n| n == ".Trash-1000"));
+    // Even when the name exists on disk at the project level as a file,
+    // it is not looked for there; inside a session directory it is an
+    // ordinary name.
     fs::write(root.join("--home-alice-work-app--/.directory"), b"x").unwrap();
     assert_errno(
         fs::metadata(mount.join("--home-alice-work-app--/.directory")),

@@ -733,14 +733,25 @@ impl SessionFs {
     }
 
     /// Whether `path` (relative to the root, at the root or project level)
-    /// is a name file managers probe for: such names get ENOENT without
-    /// touching the backing store and without a log line (MOUNT.md,
-    /// Details: a remote root pays a round trip per probe otherwise), and
-    /// listings at those levels leave them out, so that nothing listed
-    /// fails its lookup. A directory made by `mkdir` through the mount is
-    /// looked up as usual.
+    /// is a name file managers probe for that is not there: such names get
+    /// ENOENT without a log line and without touching the backing store
+    /// (MOUNT.md, Details: a remote root pays a round trip per probe
+    /// otherwise), as the root's catalog answers whether a directory of
+    /// that name is there. One that is (a `.git` directory) is looked up
+    /// like any other name, so that it shows with its real type, as
+    /// readdir lists it; so is a directory made by `mkdir` in the mount.
     fn is_absent_probe(&self, path: &Path) -> bool {
-        path.file_name().is_some_and(is_probe_name) && !self.is_virtual(path)
+        let Some(name) = path.file_name() else {
+            return false;
+        };
+        if !is_probe_name(name) || self.is_virtual(path) {
+            return false;
+        }
+        let project = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::as_os_str);
+        !self.store.catalog_holds(project, name)
     }
 
     /// Attributes of an inode. A transcript's size (bytes) is its committed
@@ -1235,9 +1246,7 @@ impl SessionFs {
                 }
                 let mut names = self.store.list_projects()?;
                 names.extend(self.virtual_children(&path, &names));
-                // Probe names are not looked up at this level (see
-                // `is_absent_probe`): nor are they listed.
-                for project in names.into_iter().filter(|n| !is_probe_name(n)) {
+                for project in names {
                     add(project, Kind::Dir);
                 }
             }
@@ -1269,7 +1278,7 @@ impl SessionFs {
                             kind: EntryKind::Dir,
                         }),
                 );
-                for e in listed.into_iter().filter(|e| !is_probe_name(&e.name)) {
+                for e in listed {
                     let kind = kind_of_entry(e.kind, &self.store.backing_path(&path.join(&e.name)));
                     add(e.name, kind);
                 }

@@ -357,6 +357,13 @@ impl Discovery {
         self.with(|c| c.projects.keys().cloned().collect())
     }
 
+    /// Whether the root holds the project directory `name`.
+    ///
+    /// Errors: as [`Discovery::projects`].
+    pub fn has_project(&self, name: &OsStr) -> Result<bool> {
+        self.with(|c| c.projects.contains_key(name))
+    }
+
     /// The project directories holding a directory named `session`, sorted.
     ///
     /// Errors: as [`Discovery::projects`].

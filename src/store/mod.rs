@@ -301,6 +301,21 @@ impl Store {
         self.discovery.projects()
     }
 
+    /// Whether the root's catalog holds the directory `name`: a project
+    /// directory (`project` = `None`) or a directory of project `project`.
+    /// No backing call while the catalog is fresh (it is revalidated by
+    /// directory times, [`Discovery`]); `false` when the root cannot be
+    /// listed.
+    pub fn catalog_holds(&self, project: Option<&OsStr>, name: &OsStr) -> bool {
+        match project {
+            None => self.discovery.has_project(name).unwrap_or(false),
+            Some(project) => self
+                .discovery
+                .projects_holding(name)
+                .is_ok_and(|holders| holders.iter().any(|p| p == project)),
+        }
+    }
+
     /// The entries of a project directory: session directories, and flat
     /// artifacts (listed so that people see them; refused at lookup).
     ///
