@@ -709,7 +709,7 @@ fn many_skippable_frames_are_one_finding() {
         1_767_603_700_000,
     ));
     bytes.extend(frame(
-        "{\"type\":\"user/message\",\"seq\":0,\"time\":1767603700001,\"data\":{}}\n",
+        "{\"type\":\"turn/start\",\"seq\":0,\"time\":1767603700001,\"data\":{\"turn\":1}}\n",
     ));
     let at = bytes.len() as u64;
     for _ in 0..100_000 {

@@ -78,7 +78,8 @@ fn adds_to_check(kind: Kind, raw: bool) -> bool {
         | K::SeqDuplicate
         | K::InterleavedWriters
         | K::UnknownEventType
-        | K::CwdRejected => true,
+        | K::CwdRejected
+        | K::EventRefused => true,
         K::InvalidLine => !raw,
         _ => false,
     }

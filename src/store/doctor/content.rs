@@ -10,6 +10,7 @@
 
 use serde_json::Value;
 
+use super::super::event_shape;
 use super::super::header::{header_from_fields, Header, HeaderError};
 use super::super::json::{parse_object, Utf8};
 use super::super::lines::{read_record, Record};
@@ -66,6 +67,15 @@ pub const KNOWN_EVENT_TYPES: &[&str] = &[
     "turn/start",
     "user/message",
     "web/deepseek-search-llm-request",
+];
+
+/// Event types whose `data` the reference checks when it loads them
+/// ([`event_shape`]).
+const SHAPED_TYPES: &[&str] = &[
+    "user/message",
+    "assistant/message",
+    "tool/result",
+    "request/header",
 ];
 
 /// Packed chunk rows: they expand to `assistant/chunk` events.
@@ -271,6 +281,20 @@ impl ContentCheck {
                     || format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
                 );
             }
+            // The checks of one event: on the top-level members (nested
+            // values are placeholders), read whole only for the types
+            // whose `data` they look into.
+            // A line serde_json cannot take whole is not judged.
+            let shaped = SHAPED_TYPES.contains(&tag.as_str());
+            let whole = shaped
+                .then(|| serde_json::from_slice::<serde_json::Map<String, Value>>(line).ok())
+                .flatten();
+            let event = if shaped { whole.as_ref() } else { Some(&map) };
+            if let Some(why) = event.and_then(event_shape::refusal) {
+                self.note(Kind::EventRefused, plain_offset, || {
+                    format!("line {n} (seq {seq}): the reference would refuse to load the session: {why}")
+                });
+            }
             super::super::lines::SeqSpan {
                 first: seq,
                 count: 1,
@@ -411,5 +435,12 @@ mod tests {
         let w = r#"{"type":"session","version":0,"id":"a","createdAt":1,"cwd":"C:\\x","delegationDepth":0}"#;
         assert_eq!(run(&[w]), vec![Kind::CwdRejected]);
         assert_eq!(run(&[u]), vec![Kind::HeaderLess]);
+        // The tester's event: a user message without its source.
+        let no_source = r#"{"type":"user/message","seq":0,"time":1,"data":{"id":"m","role":"user","content":[]},"surfaceOp":"append"}"#;
+        assert_eq!(run(&[H, no_source]), vec![Kind::EventRefused]);
+        let ok = r#"{"type":"user/message","seq":0,"time":1,"data":{"id":"m","role":"user","content":[],"source":{"kind":"user"}},"surfaceOp":"append"}"#;
+        assert!(run(&[H, ok]).is_empty());
+        let marked = r#"{"type":"turn/start","seq":0,"time":1,"data":{},"surfaceOp":"append"}"#;
+        assert_eq!(run(&[H, marked]), vec![Kind::EventRefused]);
     }
 }

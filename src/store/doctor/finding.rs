@@ -67,6 +67,9 @@ pub enum Kind {
     UnknownEventType,
     /// A header cwd the reference rejects (not an absolute path).
     CwdRejected,
+    /// An event the reference refuses to load (its checks of one event:
+    /// `store::event_shape`).
+    EventRefused,
     /// The file could not be read.
     Unreadable,
 }
@@ -101,6 +104,7 @@ impl Kind {
             Kind::InterleavedWriters => "interleaved_writers",
             Kind::UnknownEventType => "unknown_event_type",
             Kind::CwdRejected => "cwd_rejected",
+            Kind::EventRefused => "event_refused",
             Kind::Unreadable => "unreadable",
         }
     }
@@ -108,7 +112,10 @@ impl Kind {
     /// Whether the reference refuses the session only for its content
     /// (not damage): the doctor reports it and never changes it.
     pub fn content_only(self) -> bool {
-        matches!(self, Kind::UnknownEventType | Kind::CwdRejected)
+        matches!(
+            self,
+            Kind::UnknownEventType | Kind::CwdRejected | Kind::EventRefused
+        )
     }
 }
 
@@ -224,6 +231,10 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
             Kind::CwdRejected => {
                 "none needed here: load it on a system where its cwd is absolute".into()
             }
+            Kind::EventRefused => "no harness loads it as it is: committed events are never \
+                 rewritten; fix the writer that wrote the event, and copy the session's other \
+                 events into a new session if you need them loaded"
+                .into(),
             Kind::StaleLock => format!(
                 "let the next writer take it over (shared-root protocol), or remove {shown} \
                  once no writer runs"
@@ -300,6 +311,10 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
         ),
         K::CwdRejected => (
             "load refuses the session (session header cwd must be an absolute path)",
+            R::Report,
+        ),
+        K::EventRefused => (
+            "load refuses the session (an event fails its checks)",
             R::Report,
         ),
         K::Unreadable => ("cannot read it either", R::Report),
