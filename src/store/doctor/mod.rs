@@ -144,9 +144,11 @@ fn identity_findings(scan: &mut Scan) {
             ));
         }
     }
+    let duplicates: std::collections::HashSet<PathBuf> =
+        new.iter().map(|d| d.path.clone()).collect();
     for f in &scan.files {
         let Some(h) = &f.header else { continue };
-        if new.iter().any(|d| d.path == f.path) {
+        if duplicates.contains(&f.path) {
             continue;
         }
         let (Ok(project), Ok(session)) = (project_dir_name(h.cwd.as_deref()), encode_id(&h.id))

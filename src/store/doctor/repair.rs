@@ -176,13 +176,17 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
             }
         });
     }
+    // Transcripts set aside with their duplicate-id finding (a set, not a
+    // scan per transcript: a store may hold thousands of findings).
+    let set_aside_duplicates: std::collections::HashSet<PathBuf> = scan
+        .layout
+        .iter()
+        .filter(|f| f.done.is_some() && f.kind == Kind::DuplicateId)
+        .map(|f| f.path.clone())
+        .collect();
     for fi in 0..scan.files.len() {
         let path = scan.files[fi].path.clone();
-        if scan
-            .layout
-            .iter()
-            .any(|f| f.path == path && f.done.is_some() && f.kind == Kind::DuplicateId)
-        {
+        if set_aside_duplicates.contains(&path) {
             // Set aside with its duplicate finding: nothing left to repair.
             for f in &mut scan.files[fi].findings {
                 f.done = Some("set aside with the file".into());

@@ -111,10 +111,17 @@ impl Report {
     /// The report of `scan` (after repairs, if `repair`).
     pub fn build(target: &Path, scan: &Scan, repair: bool, quarantine: Option<PathBuf>) -> Report {
         let findings: Vec<Finding> = scan.findings().cloned().collect();
+        // Each transcript's findings, gathered once (a store where every
+        // transcript has one took seconds per thousand matched pairwise).
+        let mut by_path: std::collections::HashMap<&Path, Vec<&Finding>> =
+            std::collections::HashMap::new();
+        for x in &findings {
+            by_path.entry(x.path.as_path()).or_default().push(x);
+        }
         let mut sessions = Vec::with_capacity(scan.files.len());
         let mut summary = Summary::default();
         for f in &scan.files {
-            let mine: Vec<&Finding> = findings.iter().filter(|x| x.path == f.path).collect();
+            let mine: Vec<&Finding> = by_path.get(f.path.as_path()).cloned().unwrap_or_default();
             let left = mine.iter().filter(|x| x.done.is_none()).count();
             let set_aside = mine
                 .iter()
