@@ -94,12 +94,39 @@ fn event_line(rng: &mut Rng, seq: u64, out: &mut String) {
         "tool/call",
     ];
     let kind = kinds[(rng.next() % 4) as usize];
-    out.push_str(&format!(
-        "{{\"type\":\"{kind}\",\"seq\":{seq},\"time\":{},\"data\":{{\"id\":\"m-{:x}\",\"text\":{}}}}}\n",
-        1_767_600_000_000u64 + seq * 7,
-        rng.next(),
-        serde_json::Value::from(text)
-    ));
+    let id = format!("m-{:x}", rng.next());
+    let text = [serde_json::json!({"type": "text", "text": text})];
+    // Shaped as the reference checks each event it loads (its messages,
+    // their sources and surface markers), so that it loads every session.
+    let (data, surface) = match kind {
+        "user/message" => (
+            serde_json::json!({"id": id, "role": "user", "content": text, "source": {"kind": "user"}}),
+            true,
+        ),
+        "assistant/message" => (
+            serde_json::json!({"turn": 1, "step": 1, "message": {"id": id, "role": "assistant",
+                "content": text, "source": {"kind": "model", "provider": "deepseek",
+                "model": "deepseek-chat"}}}),
+            true,
+        ),
+        "tool/result" => (
+            serde_json::json!({"turn": 1, "step": 1, "message": {"id": id, "role": "user",
+                "content": [{"type": "tool-result", "toolCallId": id, "content": text}],
+                "source": {"kind": "tool", "callId": id}}}),
+            true,
+        ),
+        _ => (
+            serde_json::json!({"id": id, "text": text[0]["text"]}),
+            false,
+        ),
+    };
+    let mut event = serde_json::json!({"type": kind, "seq": seq,
+        "time": 1_767_600_000_000u64 + seq * 7, "data": data});
+    if surface {
+        event["surfaceOp"] = "append".into();
+    }
+    out.push_str(&event.to_string());
+    out.push('\n');
 }
 
 fn session_dir(root: &Path, cwd: &str, id: &str) -> std::io::Result<std::path::PathBuf> {

@@ -46,7 +46,8 @@ fn write_one(root: &Path, n: u64) -> std::io::Result<()> {
         serde_json::json!({"type": "user/message", "seq": 1, "time": created + 1, "data": {
             "id": format!("m{n}"), "role": "user",
             "content": [{"type": "text", "text": text.join(" ")}],
-        }}),
+            "source": {"kind": "user"},
+        }, "surfaceOp": "append"}),
     );
     let mut bytes = encode_frame(format!("{header}\n").as_bytes())?;
     bytes.extend(encode_frame(events.as_bytes())?);
