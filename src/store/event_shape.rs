@@ -4,100 +4,144 @@
 //! `assertMessageEventShape`, and the event-local parts of `surfaceOpOf`
 //! and `assertProvenance`). The reference refuses to load a whole session
 //! when one of its events fails them, so a line failing them is refused
-//! when it is written. Not checked here: what depends on earlier events
-//! (a replacement's range and shadowed nodes), event types the reference
-//! does not know (accepted; `sessionfs doctor` reports them), and, not
-//! yet, the rest of the envelope (`time` a safe integer, `data` present,
-//! no keys beyond `type`, `seq`, `time`, `data`, `surfaceOp`,
-//! `sourceEventSeqs` and `ignorable`).
+//! when it is written, and `sessionfs doctor` reports one already stored.
+//! Not checked here: what depends on earlier events (a replacement's range
+//! and shadowed nodes), event types the reference does not know (accepted;
+//! the doctor reports them), and, not yet, the rest of the envelope
+//! (`time` a safe integer, `data` present, no keys beyond `type`, `seq`,
+//! `time`, `data`, `surfaceOp`, `sourceEventSeqs` and `ignorable`).
 //! Packed chunk rows are not events: the reference expands them itself.
+//!
+//! The line is read lazily: each object the checks look into is split
+//! into its members, whose values stay unparsed slices of the line
+//! (`RawValue`), so a long message costs a scan, not a tree of values.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
-use super::lines::safe_non_negative;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::lines::{is_row_type, safe_non_negative};
 
 /// The event types whose message joins the model-visible surface.
 const SURFACE_TYPES: &[&str] = &["user/message", "assistant/message", "tool/result"];
 
-/// Why the reference would refuse to load `event` (one parsed event line,
-/// not a header or a packed row), in its own words; `None` when it passes.
-pub fn refusal(event: &Map<String, Value>) -> Option<String> {
-    let kind = event.get("type").and_then(Value::as_str)?;
+/// An object's members (the last of a repeated key, as `JSON.parse`).
+type Obj<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
+
+/// The members of `raw` when it is an object; an array counts as an
+/// object without members (as `typeof` says); `None` for anything else.
+fn object(raw: &RawValue) -> Option<Obj<'_>> {
+    match raw.get().as_bytes().first() {
+        Some(b'{') => serde_json::from_str(raw.get()).ok(),
+        Some(b'[') => Some(Obj::new()),
+        _ => None,
+    }
+}
+
+/// Only a JSON object (not an array).
+fn plain_object(raw: &RawValue) -> Option<Obj<'_>> {
+    raw.get().starts_with('{').then(|| object(raw)).flatten()
+}
+
+fn string<'a>(raw: Option<&&'a RawValue>) -> Option<Cow<'a, str>> {
+    serde_json::from_str::<Cow<'a, str>>(raw?.get()).ok()
+}
+
+fn non_empty_str(raw: Option<&&RawValue>) -> bool {
+    string(raw).is_some_and(|s| !s.is_empty())
+}
+
+fn is_array(raw: Option<&&RawValue>) -> bool {
+    raw.is_some_and(|r| r.get().starts_with('['))
+}
+
+fn is_true(raw: Option<&&RawValue>) -> bool {
+    raw.is_some_and(|r| r.get() == "true")
+}
+
+fn non_negative(raw: Option<&&RawValue>) -> Option<u64> {
+    let v: Value = serde_json::from_str(raw?.get()).ok()?;
+    safe_non_negative(Some(&v))
+}
+
+fn has_provider_model(raw: Option<&&RawValue>) -> bool {
+    raw.and_then(|r| object(r))
+        .is_some_and(|m| non_empty_str(m.get("provider")) && non_empty_str(m.get("model")))
+}
+
+/// Why the reference would refuse to load the event on `line` (one event
+/// line, not a header), in its own words; `None` when it passes, for a
+/// packed row, and for a line serde_json cannot read (not one JSON object,
+/// nested beyond its recursion limit, a lone surrogate escape: judged by
+/// the line checks that read as `JSON.parse` does).
+pub fn refusal(line: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(line).ok()?;
+    let event: Obj = serde_json::from_str(text).ok()?;
+    let kind = string(event.get("type"))?;
+    let kind = kind.as_ref();
+    if is_row_type(kind) {
+        return None;
+    }
     if kind == "request/header-delta" {
         return Some("it uses the unsupported legacy request/header-delta format".into());
     }
-    let seq = safe_non_negative(event.get("seq"));
-    if seq.is_none()
-        || event
-            .get("ignorable")
-            .is_some_and(|v| v != &Value::Bool(true))
-    {
+    let seq = non_negative(event.get("seq"));
+    let ignorable = event.get("ignorable");
+    if seq.is_none() || (ignorable.is_some() && !is_true(ignorable)) {
         return Some(
             "it has an invalid event envelope (seq a non-negative safe integer, ignorable \
              absent or true)"
                 .into(),
         );
     }
-    let data = event.get("data").unwrap_or(&Value::Null);
+    let data = event.get("data").copied();
     if kind == "request/header" {
         if let Some(why) = request_header(data) {
             return Some(why);
         }
     }
     message_shape(kind, data)
-        .or_else(|| surface(kind, event, seq.unwrap_or_default()))
+        .or_else(|| surface(kind, &event, seq.unwrap_or_default()))
         .map(|why| format!("{kind} {why}"))
 }
 
-fn non_empty_str(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
-}
-
-/// An object (arrays count, as `typeof` says): its map, or an empty one
-/// for an array, whose keys the checks then do not find.
-fn object(v: &Value) -> Option<&Map<String, Value>> {
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    match v {
-        Value::Object(m) => Some(m),
-        Value::Array(_) => Some(EMPTY.get_or_init(Map::new)),
-        _ => None,
+fn request_header(data: Option<&RawValue>) -> Option<String> {
+    let data = data.and_then(plain_object);
+    if data
+        .as_ref()
+        .and_then(|d| string(d.get("reason")))
+        .as_deref()
+        == Some("fallback")
+    {
+        return Some("request/header uses the unsupported legacy reason \"fallback\"".into());
     }
-}
-
-fn has_provider_model(v: Option<&Value>) -> bool {
-    v.and_then(object)
-        .is_some_and(|m| non_empty_str(m.get("provider")) && non_empty_str(m.get("model")))
-}
-
-fn request_header(data: &Value) -> Option<String> {
-    if let Value::Object(d) = data {
-        if d.get("reason").and_then(Value::as_str) == Some("fallback") {
-            return Some("request/header uses the unsupported legacy reason \"fallback\"".into());
-        }
-    }
-    let header = match data.as_object().and_then(|d| d.get("header")) {
-        Some(Value::Object(h)) => Some(h),
-        _ => None,
-    };
-    let config = header.and_then(|h| h.get("config"));
-    if !has_provider_model(config) {
+    let header = data
+        .as_ref()
+        .and_then(|d| d.get("header").and_then(|h| plain_object(h)));
+    let config = header.as_ref().and_then(|h| h.get("config").copied());
+    if !has_provider_model(config.as_ref()) {
         return Some("request/header lacks provider/model".into());
     }
-    let config = config.and_then(object)?;
+    let config = object(config?)?;
     if let Some(effort) = config.get("reasoningEffort") {
         if !non_empty_str(Some(effort)) {
             return Some("request/header has an invalid reasoningEffort".into());
         }
     }
-    let defaults = header.and_then(|h| h.get("adapterDefaults"))?;
+    let defaults = header
+        .as_ref()
+        .and_then(|h| h.get("adapterDefaults").copied())?;
     let invalid = || Some("request/header has invalid adapterDefaults".to_string());
-    let Value::Object(defaults) = defaults else {
+    let Some(defaults) = plain_object(defaults) else {
         return invalid();
     };
-    let marked = |key: &str| defaults.get(key) == Some(&Value::Bool(true));
-    if defaults.iter().any(|(k, v)| {
-        !["reasoningEffort", "maxTokens"].contains(&k.as_str()) || v != &Value::Bool(true)
-    }) || (marked("reasoningEffort") && !config.contains_key("reasoningEffort"))
+    let marked = |key: &str| is_true(defaults.get(key));
+    if defaults
+        .iter()
+        .any(|(k, v)| !["reasoningEffort", "maxTokens"].contains(&k.as_ref()) || !is_true(Some(v)))
+        || (marked("reasoningEffort") && !config.contains_key("reasoningEffort"))
         || (marked("maxTokens") && !config.contains_key("maxTokens"))
     {
         return invalid();
@@ -105,41 +149,44 @@ fn request_header(data: &Value) -> Option<String> {
     None
 }
 
-fn message_shape(kind: &str, data: &Value) -> Option<String> {
+fn message_shape(kind: &str, data: Option<&RawValue>) -> Option<String> {
     if !SURFACE_TYPES.contains(&kind) {
         return None;
     }
     let message = if kind == "user/message" {
-        Some(data)
+        data
     } else {
-        data.as_object().and_then(|d| d.get("message"))
+        data.and_then(object)
+            .and_then(|d| d.get("message").copied())
     };
+    let lacks = || Some("lacks an identified message".to_string());
     let Some(message) = message.and_then(object) else {
-        return Some("lacks an identified message".into());
+        return lacks();
     };
     if !non_empty_str(message.get("id")) {
-        return Some("lacks an identified message".into());
+        return lacks();
     }
     let role = if kind == "assistant/message" {
         "assistant"
     } else {
         "user"
     };
-    if message.get("role").and_then(Value::as_str) != Some(role) {
+    if string(message.get("role")).as_deref() != Some(role) {
         return Some(format!("message must have role \"{role}\""));
     }
-    let Some(source) = message.get("source").and_then(object) else {
+    let source_raw = message.get("source");
+    let Some(source) = source_raw.and_then(|s| object(s)) else {
         return Some("message has invalid source".into());
     };
     if !non_empty_str(source.get("kind")) {
         return Some("message has invalid source".into());
     }
-    let Some(content) = message.get("content").and_then(Value::as_array) else {
+    if !is_array(message.get("content")) {
         return Some("message has invalid content".into());
-    };
-    let source_kind = source.get("kind").and_then(Value::as_str);
+    }
+    let source_kind = string(source.get("kind"));
     if kind == "assistant/message" {
-        if source_kind != Some("model") || !has_provider_model(message.get("source")) {
+        if source_kind.as_deref() != Some("model") || !has_provider_model(source_raw) {
             return Some("message must have model source".into());
         }
         return None;
@@ -147,30 +194,29 @@ fn message_shape(kind: &str, data: &Value) -> Option<String> {
     if kind != "tool/result" {
         return None;
     }
-    let call = source.get("callId").and_then(Value::as_str);
-    if source_kind != Some("tool") || call.is_none_or(str::is_empty) {
+    let call = string(source.get("callId"));
+    if source_kind.as_deref() != Some("tool") || call.as_deref().is_none_or(str::is_empty) {
         return Some("message must have tool source".into());
     }
-    let block = content.first().and_then(object);
+    let content: Vec<&RawValue> = message
+        .get("content")
+        .and_then(|c| serde_json::from_str(c.get()).ok())
+        .unwrap_or_default();
+    let block = content.first().and_then(|b| object(b));
     let one_block = content.len() == 1
-        && block.is_some_and(|b| {
-            b.get("type").and_then(Value::as_str) == Some("tool-result")
-                && b.get("content").is_some_and(Value::is_array)
+        && block.as_ref().is_some_and(|b| {
+            string(b.get("type")).as_deref() == Some("tool-result") && is_array(b.get("content"))
         });
     if !one_block {
         return Some("message must contain one tool-result block".into());
     }
-    if block
-        .and_then(|b| b.get("toolCallId"))
-        .and_then(Value::as_str)
-        != call
-    {
+    if block.as_ref().and_then(|b| string(b.get("toolCallId"))) != call {
         return Some("message has mismatched tool call ids".into());
     }
     None
 }
 
-fn surface(kind: &str, event: &Map<String, Value>, seq: u64) -> Option<String> {
+fn surface(kind: &str, event: &Obj, seq: u64) -> Option<String> {
     if !SURFACE_TYPES.contains(&kind) {
         if event.contains_key("surfaceOp") {
             return Some("is not surface-eligible and cannot carry surfaceOp".into());
@@ -180,30 +226,31 @@ fn surface(kind: &str, event: &Map<String, Value>, seq: u64) -> Option<String> {
         }
         return None;
     }
-    match event.get("surfaceOp") {
-        None => return Some("is surface-eligible and requires a surfaceOp marker".into()),
-        Some(Value::String(s)) if s == "append" => {}
-        Some(Value::Object(op)) => {
-            let replace = op.len() == 3
-                && op.get("op").and_then(Value::as_str) == Some("replace")
-                && safe_non_negative(op.get("start")).is_some()
-                && safe_non_negative(op.get("end")).is_some();
-            if !replace {
-                return Some("carries an invalid replace surfaceOp".into());
-            }
+    let Some(op) = event.get("surfaceOp") else {
+        return Some("is surface-eligible and requires a surfaceOp marker".into());
+    };
+    if string(Some(op)).as_deref() != Some("append") {
+        let Some(op) = plain_object(op) else {
+            return Some("carries an invalid surfaceOp".into());
+        };
+        let replace = op.len() == 3
+            && string(op.get("op")).as_deref() == Some("replace")
+            && non_negative(op.get("start")).is_some()
+            && non_negative(op.get("end")).is_some();
+        if !replace {
+            return Some("carries an invalid replace surfaceOp".into());
         }
-        Some(_) => return Some("carries an invalid surfaceOp".into()),
     }
     let sources = event.get("sourceEventSeqs")?;
-    let Some(sources) = sources.as_array() else {
+    let Ok(sources) = serde_json::from_str::<Vec<&RawValue>>(sources.get()) else {
         return Some("sourceEventSeqs must be an array when present".into());
     };
     if sources.is_empty() && kind != "assistant/message" {
         return Some("sourceEventSeqs must not be empty except on assistant/message".into());
     }
     let mut seen = std::collections::HashSet::new();
-    for s in sources {
-        let Some(n) = safe_non_negative(Some(s)) else {
+    for s in &sources {
+        let Some(n) = non_negative(Some(s)) else {
             return Some("sourceEventSeqs must densely contain non-negative safe integers".into());
         };
         if n >= seq {

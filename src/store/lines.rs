@@ -234,6 +234,12 @@ fn check_row(tag: &str, members_key: &str, row: &Map<String, Value>) -> Result<S
     Ok(SeqSpan { first: seq0, count })
 }
 
+/// Whether `tag` is a packed chunk row's type (a row stands for several
+/// `assistant/chunk` events, which the reference expands itself).
+pub(crate) fn is_row_type(tag: &str) -> bool {
+    ROW_TYPES.iter().any(|(t, _)| *t == tag)
+}
+
 /// Checks one line to be written (without its `\n`): valid UTF-8, then
 /// as [`read_record`], and an event (not a packed row) also as the
 /// reference checks each event it loads ([`super::event_shape`]).
@@ -242,22 +248,10 @@ fn check_row(tag: &str, members_key: &str, row: &Map<String, Value>) -> Result<S
 pub fn parse_record(line: &[u8]) -> Result<Record, String> {
     let record = record_of(line, Utf8::Require)?;
     if let Record::Event(_) = record {
-        // Whole, this time (the check reads into `data`). A line serde_json
-        // cannot take whole (nested beyond its recursion limit, a lone
-        // surrogate escape) passed JSON.parse's rules above: not refused.
-        if let Ok(event) = serde_json::from_slice::<serde_json::Map<String, Value>>(line) {
-            let row = event
-                .get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| ROW_TYPES.iter().any(|(r, _)| *r == t));
-            if let Some(why) = (!row)
-                .then(|| super::event_shape::refusal(&event))
-                .flatten()
-            {
-                return Err(format!(
-                    "the reference would refuse to load the session: {why}"
-                ));
-            }
+        if let Some(why) = super::event_shape::refusal(line) {
+            return Err(format!(
+                "the reference would refuse to load the session: {why}"
+            ));
         }
     }
     Ok(record)

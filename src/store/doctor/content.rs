@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::super::event_shape;
 use super::super::header::{header_from_fields, Header, HeaderError};
 use super::super::json::{parse_object, Utf8};
-use super::super::lines::{read_record, Record};
+use super::super::lines::{is_row_type, read_record, Record};
 use super::finding::Kind;
 
 /// Event types the reference knows (`KNOWN_SESSION_EVENT_TYPES` of
@@ -77,9 +77,6 @@ const SHAPED_TYPES: &[&str] = &[
     "tool/result",
     "request/header",
 ];
-
-/// Packed chunk rows: they expand to `assistant/chunk` events.
-const ROW_TYPES: &[&str] = &["text-chunks", "reasoning-chunks", "tool-call-chunks"];
 
 /// A problem found in the lines: its kind, the byte offset of its line in
 /// the decoded text, and a sentence.
@@ -255,7 +252,7 @@ impl ContentCheck {
                 format!("line {n}: a second session header")
             });
             return;
-        } else if ROW_TYPES.contains(&tag.as_str()) {
+        } else if is_row_type(&tag) {
             match read_record(line) {
                 Ok(Record::Event(span)) => span,
                 Ok(Record::Header(_)) => return,
@@ -281,16 +278,17 @@ impl ContentCheck {
                     || format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
                 );
             }
-            // The checks of one event: on the top-level members (nested
-            // values are placeholders), read whole only for the types
-            // whose `data` they look into.
-            // A line serde_json cannot take whole is not judged.
-            let shaped = SHAPED_TYPES.contains(&tag.as_str());
-            let whole = shaped
-                .then(|| serde_json::from_slice::<serde_json::Map<String, Value>>(line).ok())
-                .flatten();
-            let event = if shaped { whole.as_ref() } else { Some(&map) };
-            if let Some(why) = event.and_then(event_shape::refusal) {
+            // The checks of one event, where they can find something: the
+            // types whose `data` they look into, and the members the
+            // others must not carry.
+            let judged = SHAPED_TYPES.contains(&tag.as_str())
+                || tag == "request/header-delta"
+                || map.contains_key("surfaceOp")
+                || map.contains_key("sourceEventSeqs")
+                || map
+                    .get("ignorable")
+                    .is_some_and(|v| v != &Value::Bool(true));
+            if let Some(why) = judged.then(|| event_shape::refusal(line)).flatten() {
                 self.note(Kind::EventRefused, plain_offset, || {
                     format!("line {n} (seq {seq}): the reference would refuse to load the session: {why}")
                 });
