@@ -1396,3 +1396,28 @@ fn a_session_directory_that_is_a_symbolic_link_is_reported() {
         "the reference lists it: {listed}"
     );
 }
+
+#[test]
+fn a_fifo_named_like_a_conflict_copy_does_not_block_the_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let session = root.join("--tmp-h--/s");
+    fs::create_dir_all(&session).unwrap();
+    let header = common::lines::header_line("s", Some("/tmp/h"), 1_767_603_700_000);
+    fs::write(session.join("session.jsonl.zstd"), frame(&header)).unwrap();
+    let fifo = session.join("session.sync-conflict-20260105-101010-FIFO.jsonl.zstd");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) of a path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    // `sessionfs` runs under `timeout 120`: a blocked open would be killed
+    // (exit 124).
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 0, "{report}");
+    let out = sessionfs(tmp.path(), &["check".as_ref(), root.as_os_str()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

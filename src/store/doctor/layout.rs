@@ -233,7 +233,11 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                     ),
                 ));
             }
-        } else if let Some(encoding) = super::super::conflict::encoding_of(&name) {
+        } else if let Some(encoding) =
+            super::super::conflict::encoding_of(&name).filter(|_| meta.is_file())
+        {
+            // A regular file only (a FIFO of that name would block the scan
+            // at its open; the mount too passes such entries through).
             out.conflicts.push(ConflictCopy {
                 transcript: dir.join(encoding.file_name()),
                 path,
