@@ -79,6 +79,13 @@ pub struct TranscriptAttr {
     pub meta: Metadata,
 }
 
+/// What one pass of [`Transcript::read`] came to.
+enum Read {
+    Done(Vec<u8>),
+    /// The view was built again (see `rebuilt_after_failure`).
+    Rebuilt,
+}
+
 /// Source of unique generations, so that decoded frames of a rebuilt
 /// transcript never alias the old ones in the shared cache.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -385,6 +392,45 @@ impl Transcript {
     }
 
     fn read_with(&self, offset: u64, size: u32, short_ok: bool) -> Result<Vec<u8>> {
+        match self.read_once(offset, size, short_ok)? {
+            Read::Done(bytes) => Ok(bytes),
+            // The file no longer held the frame as indexed (rewritten
+            // under this view: a takeover cut a dead holder's
+            // unacknowledged frame and wrote its own there): the view was
+            // built again; read once more, and whatever fails now fails.
+            Read::Rebuilt => match self.read_once(offset, size, short_ok)? {
+                Read::Done(bytes) => Ok(bytes),
+                Read::Rebuilt => Err(StoreError::Corrupt {
+                    path: self.path.clone(),
+                    offset,
+                    reason: "the file changed under two reads in a row".into(),
+                }),
+            },
+        }
+    }
+
+    /// After `frame` failed to decode: whether the file no longer holds it
+    /// as indexed (its header walks to other sizes, or not at all), in
+    /// which case the view is built again from the file.
+    fn rebuilt_after_failure(&self, frame: &IndexedFrame) -> Result<bool> {
+        let mut st = self.state.write();
+        let same = matches!(
+            super::frame::walk_frame(&*st.file, frame.info.offset, u64::MAX),
+            Ok(super::frame::Step::Frame(info)) if info == frame.info
+        );
+        if same {
+            return Ok(false);
+        }
+        *st = build_state(
+            &self.path,
+            self.encoding,
+            &self.frames_decoded,
+            self.index_dir.as_deref(),
+        )?;
+        Ok(true)
+    }
+
+    fn read_once(&self, offset: u64, size: u32, short_ok: bool) -> Result<Read> {
         if offset.saturating_add(u64::from(size)) > self.state.read().plain_len() {
             self.refresh()?;
         }
@@ -396,7 +442,7 @@ impl Transcript {
             View::Raw { plain_len } => {
                 let plain_len = *plain_len;
                 drop(st);
-                return self.read_raw(&file, offset, size, plain_len);
+                return self.read_raw(&file, offset, size, plain_len).map(Read::Done);
             }
         };
         if let Some(d) = index.damage() {
@@ -481,6 +527,7 @@ impl Transcript {
             match part {
                 Ok(bytes) => out.extend_from_slice(&bytes),
                 Err(e @ StoreError::Io { .. }) => return Err(e),
+                Err(_) if self.rebuilt_after_failure(&frame)? => return Ok(Read::Rebuilt),
                 Err(e) => {
                     self.bad_frame_seen.store(true, Ordering::Relaxed);
                     if out.is_empty() || !short_ok {
@@ -488,11 +535,11 @@ impl Transcript {
                     }
                     // A short read: the bytes before the bad frame.
                     log::warn!("{e}; served the {} bytes before it", out.len());
-                    return Ok(out);
+                    return Ok(Read::Done(out));
                 }
             }
         }
-        Ok(out)
+        Ok(Read::Done(out))
     }
 
     /// Bytes `[from, to)` of a frame too large to decode whole, through the
@@ -900,6 +947,29 @@ mod removed_path_tests {
             bytes.extend(super::super::frame::encode_frame(l).unwrap());
         }
         std::fs::write(path, bytes).unwrap();
+    }
+
+    /// A frame rewritten under an open view (a takeover cut a dead
+    /// holder's unacknowledged frame and wrote its own in its place, the
+    /// file no shorter): a read of it is served from the file as it is
+    /// now, through the page cache's reads too, instead of failing.
+    #[test]
+    fn a_frame_rewritten_under_the_view_is_read_as_it_is_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let theirs: &[u8] = b"{\"type\":\"x/y\",\"seq\":0,\"time\":1,\"data\":{\"who\":\"dead\"}}\n";
+        let ours: &[u8] =
+            b"{\"type\":\"x/y\",\"seq\":0,\"time\":2,\"data\":{\"who\":\"taker, longer\"}}\n";
+        write(&path, &[HEADER, theirs]);
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let t = Transcript::open(&path, Encoding::Zstd, cache).unwrap();
+        assert_eq!(t.cached_attr().plain_len, (HEADER.len() + theirs.len()) as u64);
+        write(&path, &[HEADER, ours]);
+        let at = HEADER.len() as u64;
+        // Within the size the view knew: no re-stat before the read.
+        let n = theirs.len() as u32;
+        assert_eq!(t.read_no_short(at, n).unwrap(), &ours[..n as usize]);
+        assert!(!t.known_damage());
     }
 
     /// An open transcript whose path is removed keeps its view (the held
