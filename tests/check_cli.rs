@@ -108,7 +108,7 @@ fn header_line(id: &str, cwd: &str, version: u64) -> String {
 }
 
 const EVENTS: &str = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n\
-                      {\"type\":\"turn/end\",\"seq\":1,\"time\":2,\"data\":{\"turn\":1}}\n";
+                      {\"type\":\"turn/end\",\"seq\":1,\"time\":2,\"data\":{\"turn\":1,\"reason\":{\"kind\":\"completed\"}}}\n";
 
 /// A valid zstd transcript of session `id` in `cwd`: header frame, one batch.
 fn zstd_transcript(id: &str, cwd: &str, version: u64) -> Vec<u8> {

@@ -77,7 +77,7 @@ impl Fixture {
     fn write_session(&self, id: &str, cwd: Option<&str>, created_at: u64) {
         let header_line = header_line(id, cwd, created_at);
         let events = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n\
-                      {\"type\":\"turn/end\",\"seq\":1,\"time\":2,\"data\":{\"turn\":1}}\n";
+                      {\"type\":\"turn/end\",\"seq\":1,\"time\":2,\"data\":{\"turn\":1,\"reason\":{\"kind\":\"completed\"}}}\n";
         let dir = self
             .root
             .join(project_dir_name(cwd).unwrap())

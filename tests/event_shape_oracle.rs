@@ -324,6 +324,147 @@ fn cases() -> Vec<(&'static str, Value)> {
             "turn ignorable true",
             event("turn/start", json!({"turn": 1}), json!({"ignorable": true})),
         ),
+        // Legacy shapes the reference upgrades before its checks.
+        (
+            "legacy user",
+            event(
+                "user/message",
+                json!({"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy user no source",
+            event(
+                "user/message",
+                json!({"content": [{"type": "text", "text": "hi"}]}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy assistant",
+            event(
+                "assistant/message",
+                json!({"content": [], "provenance": {"provider": "p", "model": "m"}}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy assistant no model",
+            event(
+                "assistant/message",
+                json!({"content": [], "provenance": {"provider": "p"}}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy tool",
+            event(
+                "tool/result",
+                json!({"callId": "c", "content": [], "isError": false}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy steering",
+            event(
+                "steering/message",
+                json!({"turn": 1, "content": [], "source": {"kind": "user"}}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy steering wrapped",
+            event(
+                "steering/message",
+                json!({"turn": 1, "message": {"id": "s1", "role": "user", "content": [], "source": {"kind": "user"}}}),
+                append.clone(),
+            ),
+        ),
+        (
+            "legacy steering extra key",
+            event(
+                "steering/message",
+                json!({"turn": 1, "content": [], "source": {"kind": "user"}, "x": 1}),
+                append.clone(),
+            ),
+        ),
+        (
+            "mode/set",
+            event("mode/set", json!({}), json!({"ignorable": true})),
+        ),
+        (
+            "turn/start trigger",
+            event(
+                "turn/start",
+                json!({"turn": 1, "trigger": {"kind": "user"}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/start trigger turn 0",
+            event(
+                "turn/start",
+                json!({"turn": 0, "trigger": {"kind": "user"}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end completed",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "completed"}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end completed extra",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "completed", "x": 1}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end extra data key",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "completed"}, "x": 1}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end aborted legacy",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "aborted"}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end error legacy",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "error", "step": 0, "message": "m"}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end error legacy bad",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "error", "step": -1, "message": "m"}}),
+                json!({}),
+            ),
+        ),
+        (
+            "turn/end other kind",
+            event(
+                "turn/end",
+                json!({"turn": 1, "reason": {"kind": "zzz", "y": 2}}),
+                json!({}),
+            ),
+        ),
     ]
 }
 

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::event_legacy::{upgrade, Upgrade};
 use super::lines::{is_row_type, safe_non_negative};
 
 /// The event types whose message joins the model-visible surface.
@@ -84,6 +85,42 @@ pub fn refusal(line: &[u8]) -> Option<String> {
     if is_row_type(kind) {
         return None;
     }
+    // Legacy shapes are upgraded by the reference before its checks.
+    if may_be_legacy(kind, &event) {
+        let whole: serde_json::Map<String, Value> = serde_json::from_str(text).ok()?;
+        match upgrade(kind, &whole, "") {
+            Err(why) => return Some(why),
+            Ok(Upgrade::Unknown) => return None,
+            Ok(Upgrade::To(up)) => return checks(&serde_json::from_str(&up.to_string()).ok()?),
+            Ok(Upgrade::Same) => {}
+        }
+    }
+    checks(&event)
+}
+
+/// Whether the reference may upgrade (or refuse to upgrade) `event` of
+/// type `kind` before its checks: the shapes of [`super::event_legacy`],
+/// told by their keys alone.
+fn may_be_legacy(kind: &str, event: &Obj) -> bool {
+    let data = event.get("data").and_then(|d| plain_object(d));
+    let has = |k: &str| data.as_ref().is_some_and(|d| d.contains_key(k));
+    match kind {
+        "mode/set" | "steering/message" | "turn/end" => true,
+        "turn/start" => has("trigger"),
+        "user/message" => {
+            !has("id") && !has("role") && !has("message") && has("content") && has("source")
+        }
+        "assistant/message" => !has("message") && has("content") && has("provenance"),
+        "tool/result" => !has("message") && has("callId") && has("content") && has("isError"),
+        _ => false,
+    }
+}
+
+/// The checks of one event as the reference makes them once it is
+/// upgraded.
+fn checks(event: &Obj) -> Option<String> {
+    let kind = string(event.get("type"))?;
+    let kind = kind.as_ref();
     if kind == "request/header-delta" {
         return Some("it uses the unsupported legacy request/header-delta format".into());
     }
@@ -103,7 +140,7 @@ pub fn refusal(line: &[u8]) -> Option<String> {
         }
     }
     message_shape(kind, data)
-        .or_else(|| surface(kind, &event, seq.unwrap_or_default()))
+        .or_else(|| surface(kind, event, seq.unwrap_or_default()))
         .map(|why| format!("{kind} {why}"))
 }
 

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod discovery;
 pub mod doctor;
 pub mod error;
+pub mod event_legacy;
 pub mod event_shape;
 pub mod frame;
 pub mod fresh;

@@ -442,7 +442,9 @@ impl Transcript {
             View::Raw { plain_len } => {
                 let plain_len = *plain_len;
                 drop(st);
-                return self.read_raw(&file, offset, size, plain_len).map(Read::Done);
+                return self
+                    .read_raw(&file, offset, size, plain_len)
+                    .map(Read::Done);
             }
         };
         if let Some(d) = index.damage() {
@@ -957,13 +959,17 @@ mod removed_path_tests {
     fn a_frame_rewritten_under_the_view_is_read_as_it_is_now() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("session.jsonl.zstd");
-        let theirs: &[u8] = b"{\"type\":\"x/y\",\"seq\":0,\"time\":1,\"data\":{\"who\":\"dead\"}}\n";
+        let theirs: &[u8] =
+            b"{\"type\":\"x/y\",\"seq\":0,\"time\":1,\"data\":{\"who\":\"dead\"}}\n";
         let ours: &[u8] =
             b"{\"type\":\"x/y\",\"seq\":0,\"time\":2,\"data\":{\"who\":\"taker, longer\"}}\n";
         write(&path, &[HEADER, theirs]);
         let cache = Arc::new(FrameCache::new(1 << 20));
         let t = Transcript::open(&path, Encoding::Zstd, cache).unwrap();
-        assert_eq!(t.cached_attr().plain_len, (HEADER.len() + theirs.len()) as u64);
+        assert_eq!(
+            t.cached_attr().plain_len,
+            (HEADER.len() + theirs.len()) as u64
+        );
         write(&path, &[HEADER, ours]);
         let at = HEADER.len() as u64;
         // Within the size the view knew: no re-stat before the read.

@@ -69,6 +69,16 @@ pub const KNOWN_EVENT_TYPES: &[&str] = &[
     "web/deepseek-search-llm-request",
 ];
 
+/// Event types the reference upgrades from legacy shapes, or refuses as
+/// legacy, before its checks ([`super::super::event_legacy`]).
+const LEGACY_TYPES: &[&str] = &[
+    "request/header-delta",
+    "mode/set",
+    "steering/message",
+    "turn/start",
+    "turn/end",
+];
+
 /// Event types whose `data` the reference checks when it loads them
 /// ([`event_shape`]).
 const SHAPED_TYPES: &[&str] = &[
@@ -271,7 +281,12 @@ impl ContentCheck {
                 return;
             };
             let ignorable = map.get("ignorable") == Some(&Value::Bool(true));
-            if !ignorable && KNOWN_EVENT_TYPES.binary_search(&tag.as_str()).is_err() {
+            // A legacy steering message is upgraded to a user message
+            // before the reference asks whether it knows the type.
+            if !ignorable
+                && tag != "steering/message"
+                && KNOWN_EVENT_TYPES.binary_search(&tag.as_str()).is_err()
+            {
                 self.note(
                     Kind::UnknownEventType,
                     plain_offset,
@@ -282,7 +297,7 @@ impl ContentCheck {
             // types whose `data` they look into, and the members the
             // others must not carry.
             let judged = SHAPED_TYPES.contains(&tag.as_str())
-                || tag == "request/header-delta"
+                || LEGACY_TYPES.contains(&tag.as_str())
                 || map.contains_key("surfaceOp")
                 || map.contains_key("sourceEventSeqs")
                 || map
