@@ -637,11 +637,25 @@ impl SessionFs {
     ) -> FsResult<Attr> {
         let (path, node) = self.node_or_held(ino, fh)?;
         if owner.0.is_some() || owner.1.is_some() {
-            return Err(eperm(format!(
-                "chown of {} refused: ownership stays with the backing files; change it \
-                 in the store itself",
-                path.display()
-            )));
+            // A chown that changes nothing succeeds, as on a local file
+            // system (`tar x`, `cp -a` and `rsync -a` set the owner they
+            // read); a passed-through entry's owner changes as its backing
+            // file's does; the store's own entries keep theirs.
+            let now = self.getattr(ino)?;
+            let unchanged =
+                owner.0.is_none_or(|u| u == now.uid) && owner.1.is_none_or(|g| g == now.gid);
+            if !unchanged {
+                let Node::Passthrough { rel } = &node else {
+                    return Err(eperm(format!(
+                        "chown of {} refused: ownership stays with the backing files; change \
+                         it in the store itself",
+                        path.display()
+                    )));
+                };
+                let p = self.store.backing_path(rel);
+                std::os::unix::fs::lchown(&p, owner.0, owner.1)
+                    .map_err(|e| io_errno(&p, "chown", e))?;
+            }
         }
         if let (Node::Passthrough { rel }, Some(f)) = (&node, self.passthrough_file(ino, fh)) {
             let p = self.store.backing_path(rel);
