@@ -85,25 +85,32 @@ pub fn refusal(line: &[u8]) -> Option<String> {
     if is_row_type(kind) {
         return None;
     }
+    // `data`'s members, split once for every check below.
+    let data = event.get("data").and_then(|d| object(d));
     // Legacy shapes are upgraded by the reference before its checks.
-    if may_be_legacy(kind, &event) {
+    if may_be_legacy(kind, data.as_ref()) {
         let whole: serde_json::Map<String, Value> = serde_json::from_str(text).ok()?;
         match upgrade(kind, &whole, "") {
             Err(why) => return Some(why),
             Ok(Upgrade::Unknown) => return None,
-            Ok(Upgrade::To(up)) => return checks(&serde_json::from_str(&up.to_string()).ok()?),
+            Ok(Upgrade::To(up)) => {
+                let up = up.to_string();
+                let event: Obj = serde_json::from_str(&up).ok()?;
+                let data = event.get("data").and_then(|d| object(d));
+                return checks(&event, data.as_ref());
+            }
             Ok(Upgrade::Same) => {}
         }
     }
-    checks(&event)
+    checks(&event, data.as_ref())
 }
 
 /// Whether the reference may upgrade (or refuse to upgrade) `event` of
 /// type `kind` before its checks: the shapes of [`super::event_legacy`],
 /// told by their keys alone.
-fn may_be_legacy(kind: &str, event: &Obj) -> bool {
-    let data = event.get("data").and_then(|d| plain_object(d));
-    let has = |k: &str| data.as_ref().is_some_and(|d| d.contains_key(k));
+fn may_be_legacy(kind: &str, data: Option<&Obj>) -> bool {
+    // A record only (an array has no members here either).
+    let has = |k: &str| data.is_some_and(|d| d.contains_key(k));
     match kind {
         "mode/set" | "steering/message" | "turn/end" => true,
         "turn/start" => has("trigger"),
@@ -118,7 +125,7 @@ fn may_be_legacy(kind: &str, event: &Obj) -> bool {
 
 /// The checks of one event as the reference makes them once it is
 /// upgraded.
-fn checks(event: &Obj) -> Option<String> {
+fn checks(event: &Obj, data_members: Option<&Obj>) -> Option<String> {
     let kind = string(event.get("type"))?;
     let kind = kind.as_ref();
     if kind == "request/header-delta" {
@@ -139,7 +146,7 @@ fn checks(event: &Obj) -> Option<String> {
             return Some(why);
         }
     }
-    message_shape(kind, data)
+    message_shape(kind, data_members)
         .or_else(|| surface(kind, event, seq.unwrap_or_default()))
         .map(|why| format!("{kind} {why}"))
 }
@@ -186,18 +193,20 @@ fn request_header(data: Option<&RawValue>) -> Option<String> {
     None
 }
 
-fn message_shape(kind: &str, data: Option<&RawValue>) -> Option<String> {
+/// `data`: the members of the event's `data` (see [`object`]).
+fn message_shape(kind: &str, data: Option<&Obj>) -> Option<String> {
     if !SURFACE_TYPES.contains(&kind) {
         return None;
     }
+    let lacks = || Some("lacks an identified message".to_string());
+    let wrapped;
     let message = if kind == "user/message" {
         data
     } else {
-        data.and_then(object)
-            .and_then(|d| d.get("message").copied())
+        wrapped = data.and_then(|d| d.get("message")).and_then(|m| object(m));
+        wrapped.as_ref()
     };
-    let lacks = || Some("lacks an identified message".to_string());
-    let Some(message) = message.and_then(object) else {
+    let Some(message) = message else {
         return lacks();
     };
     if !non_empty_str(message.get("id")) {
