@@ -122,7 +122,13 @@ fn identity_findings(scan: &mut Scan) {
         }
     }
     let mut new = Vec::new();
-    for idx in by_dir.values().filter(|v| v.len() > 1) {
+    // Transcripts of one directory (a raw and a zstd one: an encoding
+    // mismatch) are not duplicates of each other.
+    let apart = |v: &&Vec<usize>| {
+        let first = scan.files[v[0]].path.parent();
+        v.iter().any(|&i| scan.files[i].path.parent() != first)
+    };
+    for idx in by_dir.values().filter(|v| v.len() > 1).filter(apart) {
         // The most recently written copy stays; the others are set aside.
         let newest = *idx
             .iter()

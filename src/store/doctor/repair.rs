@@ -506,18 +506,29 @@ fn move_home(run: &mut Run, scan: &Scan, transcript: &Path) -> std::io::Result<S
 /// root's encoding stands beside it.
 fn convert(run: &mut Run, path: &Path, root_enc: Encoding) -> std::io::Result<String> {
     let dest = path.with_file_name(root_enc.file_name());
-    if dest.exists() {
-        return Err(std::io::Error::other(format!(
-            "{} exists beside it",
-            Shown(&dest)
-        )));
-    }
     let text = readable_text(path, root_enc.opposite())?;
     let nl = text
         .iter()
         .position(|&b| b == b'\n')
         .ok_or_else(|| std::io::Error::other("no header"))?;
     let bytes = encode(root_enc, &text[..=nl], &text[nl + 1..])?;
+    if dest.exists() {
+        // A run interrupted between publishing the conversion and
+        // removing the original: the same bytes stand there; finish it.
+        if fs::read(&dest).ok().as_deref() != Some(bytes.as_slice()) {
+            return Err(std::io::Error::other(format!(
+                "{} exists beside it",
+                Shown(&dest)
+            )));
+        }
+        run.keep(path, "converted", Some(dest.clone()))?;
+        fs::remove_file(path)?;
+        sync_dir(path.parent());
+        return Ok(format!(
+            "converted to {} (finishing an interrupted run)",
+            Shown(&dest)
+        ));
+    }
     run.keep(path, "converted", Some(dest.clone()))?;
     let tmp = dest.with_file_name(format!("{}.{DOCTOR_TEMP_HEX}.tmp", root_enc.file_name()));
     let _ = fs::remove_file(&tmp);
