@@ -25,6 +25,31 @@ use serde_json::Value;
 use super::event_legacy::{upgrade, Upgrade};
 use super::lines::{is_row_type, safe_non_negative};
 
+/// Whether [`refusal`] can refuse an event of type `kind` whose
+/// top-level members `member` tells of (`member("surfaceOp")`: present;
+/// `member("ignorable")`: present and not `true`): the types whose `data`
+/// the checks look into or whose legacy shapes the reference upgrades,
+/// and any event carrying what only some may carry. A caller that has the
+/// top-level members already (the doctor) skips the rest cheaply.
+pub fn may_refuse(kind: &str, member: impl Fn(&str) -> bool) -> bool {
+    SURFACE_TYPES.contains(&kind)
+        || LEGACY_TYPES.contains(&kind)
+        || kind == "request/header"
+        || ["surfaceOp", "sourceEventSeqs", "ignorable"]
+            .into_iter()
+            .any(member)
+}
+
+/// Event types the reference upgrades from legacy shapes, or refuses as
+/// legacy, before its checks ([`super::event_legacy`]).
+const LEGACY_TYPES: &[&str] = &[
+    "request/header-delta",
+    "mode/set",
+    "steering/message",
+    "turn/start",
+    "turn/end",
+];
+
 /// The event types whose message joins the model-visible surface.
 const SURFACE_TYPES: &[&str] = &["user/message", "assistant/message", "tool/result"];
 

@@ -69,25 +69,6 @@ pub const KNOWN_EVENT_TYPES: &[&str] = &[
     "web/deepseek-search-llm-request",
 ];
 
-/// Event types the reference upgrades from legacy shapes, or refuses as
-/// legacy, before its checks ([`super::super::event_legacy`]).
-const LEGACY_TYPES: &[&str] = &[
-    "request/header-delta",
-    "mode/set",
-    "steering/message",
-    "turn/start",
-    "turn/end",
-];
-
-/// Event types whose `data` the reference checks when it loads them
-/// ([`event_shape`]).
-const SHAPED_TYPES: &[&str] = &[
-    "user/message",
-    "assistant/message",
-    "tool/result",
-    "request/header",
-];
-
 /// A problem found in the lines: its kind, the byte offset of its line in
 /// the decoded text, and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,16 +274,10 @@ impl ContentCheck {
                     || format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
                 );
             }
-            // The checks of one event, where they can find something: the
-            // types whose `data` they look into, and the members the
-            // others must not carry.
-            let judged = SHAPED_TYPES.contains(&tag.as_str())
-                || LEGACY_TYPES.contains(&tag.as_str())
-                || map.contains_key("surfaceOp")
-                || map.contains_key("sourceEventSeqs")
-                || map
-                    .get("ignorable")
-                    .is_some_and(|v| v != &Value::Bool(true));
+            let judged = event_shape::may_refuse(&tag, |key| match key {
+                "ignorable" => map.get(key).is_some_and(|v| v != &Value::Bool(true)),
+                _ => map.contains_key(key),
+            });
             if let Some(why) = judged.then(|| event_shape::refusal(line)).flatten() {
                 self.note(Kind::EventRefused, plain_offset, || {
                     format!("line {n} (seq {seq}): the reference would refuse to load the session: {why}")
