@@ -813,7 +813,7 @@ impl SessionFs {
                         self.virtual_dirs.lock().remove(&path);
                         Ok(attr_of(ino, &meta))
                     }
-                    Err(_) => Ok(virtual_dir_attr(ino, self.virtual_since(&path))),
+                    Err(_) => Ok(daemon_dir_attr(ino, self.virtual_since(&path))),
                 }
             }
             Node::Project { project } => Ok(attr_of(
@@ -925,11 +925,9 @@ impl SessionFs {
             }
             Node::Transcript { project, session } => {
                 let t = self.store.transcript(&project, &session)?;
-                // Known damage: served without the page cache, so that the
-                // short read before the damage is not taken for the end of
-                // the file by the kernel, and a read at the damage fails.
-                bypass = t.known_damage();
-                Handle::Transcript(t, !bypass)
+                let (handle, damaged) = reader_of(t);
+                bypass = damaged;
+                handle
             }
             Node::Rendered { project, session } => self.rendered_open(&project, &session, flags)?,
             Node::ConflictCopy {
@@ -949,8 +947,9 @@ impl SessionFs {
                     return Err(FsError::Refused);
                 }
                 let t = self.store.conflict_copy(&project, &session, &name)?;
-                bypass = t.known_damage();
-                Handle::Transcript(t, !bypass)
+                let (handle, damaged) = reader_of(t);
+                bypass = damaged;
+                handle
             }
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
@@ -1410,8 +1409,10 @@ impl SessionFs {
     }
 }
 
-/// Attributes of a directory made by `mkdir` that exists only in the mount.
-fn virtual_dir_attr(ino: u64, made: SystemTime) -> Attr {
+/// Attributes of a directory of the daemon's own user, made at `made`: a
+/// directory made by `mkdir` that exists only in the mount, and what the
+/// status file takes its owner from while the root cannot be stat'ed.
+pub(super) fn daemon_dir_attr(ino: u64, made: SystemTime) -> Attr {
     Attr {
         ino,
         kind: Kind::Dir,
@@ -1430,13 +1431,22 @@ fn virtual_dir_attr(ino: u64, made: SystemTime) -> Attr {
     }
 }
 
+/// A reading handle of transcript `t`, and whether it bypasses the page
+/// cache: with known damage it does, so that the short read before the
+/// damage is not taken for the end of the file by the kernel, and a read at
+/// the damage fails.
+fn reader_of(t: Arc<Transcript>) -> (Handle, bool) {
+    let bypass = t.known_damage();
+    (Handle::Transcript(t, !bypass), bypass)
+}
+
 /// Attributes of a `session.jsonl` created but not yet published: empty.
 fn new_transcript_attr(ino: u64, made: SystemTime) -> Attr {
     Attr {
         kind: Kind::File,
         perm: 0o600,
         nlink: 1,
-        ..virtual_dir_attr(ino, made)
+        ..daemon_dir_attr(ino, made)
     }
 }
 

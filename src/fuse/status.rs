@@ -255,21 +255,10 @@ impl StatusFile {
     /// the daemon's own user, so that the status file still answers and
     /// says what fails.
     fn attr(&self, size: u64) -> FsResult<Attr> {
-        let root = self.core.getattr(ROOT_INO).unwrap_or_else(|_| Attr {
-            ino: ROOT_INO,
-            kind: Kind::Dir,
-            size: 0,
-            blocks: 0,
-            atime: self.started,
-            mtime: self.started,
-            ctime: self.started,
-            perm: 0o555,
-            nlink: 2,
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
-            rdev: 0,
-            blksize: 4096,
-        });
+        let root = self
+            .core
+            .getattr(ROOT_INO)
+            .unwrap_or_else(|_| super::fs::daemon_dir_attr(ROOT_INO, self.started));
         Ok(Attr {
             ino: STATUS_INO,
             kind: Kind::File,
