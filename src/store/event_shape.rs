@@ -12,17 +12,16 @@
 //! `time`, `data`, `surfaceOp`, `sourceEventSeqs` and `ignorable`).
 //! Packed chunk rows are not events: the reference expands them itself.
 //!
-//! The line is read lazily: each object the checks look into is split
-//! into its members, whose values stay unparsed slices of the line
-//! (`RawValue`), so a long message costs a scan, not a tree of values.
+//! The line is read from the one scan that checked its JSON
+//! ([`super::json::parse_object_spans`]): the checks look up members by
+//! the recorded spans and read only the scalars they need, so a long
+//! message costs that scan and nothing more.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::event_legacy::{upgrade, Upgrade};
+use super::json::{parse_object_spans, Utf8};
+use super::json_view::{Spanned, Val};
 use super::lines::{is_row_type, safe_non_negative};
 
 /// Whether [`refusal`] can refuse an event of type `kind` whose
@@ -53,89 +52,76 @@ const LEGACY_TYPES: &[&str] = &[
 /// The event types whose message joins the model-visible surface.
 const SURFACE_TYPES: &[&str] = &["user/message", "assistant/message", "tool/result"];
 
-/// An object's members (the last of a repeated key, as `JSON.parse`).
-type Obj<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
-
-/// The members of `raw` when it is an object; an array counts as an
-/// object without members (as `typeof` says); `None` for anything else.
-fn object(raw: &RawValue) -> Option<Obj<'_>> {
-    match raw.get().as_bytes().first() {
-        Some(b'{') => serde_json::from_str(raw.get()).ok(),
-        Some(b'[') => Some(Obj::new()),
-        _ => None,
-    }
+/// A value the checks read members of: an object, or an array (an
+/// object without members, as `typeof` says); `None` for anything else.
+fn object<'l>(v: Option<Val<'l>>) -> Option<Val<'l>> {
+    v.filter(|v| v.is_object() || v.is_array())
 }
 
 /// Only a JSON object (not an array).
-fn plain_object(raw: &RawValue) -> Option<Obj<'_>> {
-    raw.get().starts_with('{').then(|| object(raw)).flatten()
+fn plain_object<'l>(v: Option<Val<'l>>) -> Option<Val<'l>> {
+    v.filter(Val::is_object)
 }
 
-fn string<'a>(raw: Option<&&'a RawValue>) -> Option<Cow<'a, str>> {
-    serde_json::from_str::<Cow<'a, str>>(raw?.get()).ok()
+fn string<'l>(v: Option<Val<'l>>) -> Option<std::borrow::Cow<'l, str>> {
+    v?.string()
 }
 
-fn non_empty_str(raw: Option<&&RawValue>) -> bool {
-    string(raw).is_some_and(|s| !s.is_empty())
+fn non_empty_str(v: Option<Val>) -> bool {
+    string(v).is_some_and(|s| !s.is_empty())
 }
 
-fn is_array(raw: Option<&&RawValue>) -> bool {
-    raw.is_some_and(|r| r.get().starts_with('['))
+fn is_array(v: Option<Val>) -> bool {
+    v.is_some_and(|v| v.is_array())
 }
 
-fn is_true(raw: Option<&&RawValue>) -> bool {
-    raw.is_some_and(|r| r.get() == "true")
+fn is_true(v: Option<Val>) -> bool {
+    v.is_some_and(|v| v.is_true())
 }
 
-fn non_negative(raw: Option<&&RawValue>) -> Option<u64> {
-    let v: Value = serde_json::from_str(raw?.get()).ok()?;
-    safe_non_negative(Some(&v))
+fn non_negative(v: Option<Val>) -> Option<u64> {
+    safe_non_negative(Some(&v?.number()?))
 }
 
-fn has_provider_model(raw: Option<&&RawValue>) -> bool {
-    raw.and_then(|r| object(r))
-        .is_some_and(|m| non_empty_str(m.get("provider")) && non_empty_str(m.get("model")))
+fn has_provider_model(v: Option<Val>) -> bool {
+    object(v).is_some_and(|m| non_empty_str(m.get("provider")) && non_empty_str(m.get("model")))
 }
 
-/// Why the reference would refuse to load the event on `line` (one event
-/// line, not a header), in its own words; `None` when it passes, for a
-/// packed row, and for a line serde_json cannot read (not one JSON object,
-/// nested beyond its recursion limit, a lone surrogate escape: judged by
-/// the line checks that read as `JSON.parse` does).
-pub fn refusal(line: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(line).ok()?;
-    let event: Obj = serde_json::from_str(text).ok()?;
+/// Why the reference would refuse to load the event `line` (one event
+/// line, not a header, as [`parse_object_spans`] read it), in its own
+/// words; `None` when it passes, and for a packed row.
+pub fn refusal(line: &Spanned) -> Option<String> {
+    let event = line.root();
     let kind = string(event.get("type"))?;
     let kind = kind.as_ref();
     if is_row_type(kind) {
         return None;
     }
-    // `data`'s members, split once for every check below.
-    let data = event.get("data").and_then(|d| object(d));
+    let data = object(event.get("data"));
     // Legacy shapes are upgraded by the reference before its checks.
-    if may_be_legacy(kind, data.as_ref()) {
-        let whole: serde_json::Map<String, Value> = serde_json::from_str(text).ok()?;
+    if may_be_legacy(kind, data) {
+        let whole: serde_json::Map<String, Value> = serde_json::from_str(line.text()).ok()?;
         match upgrade(kind, &whole, "") {
             Err(why) => return Some(why),
             Ok(Upgrade::Unknown) => return None,
             Ok(Upgrade::To(up)) => {
                 let up = up.to_string();
-                let event: Obj = serde_json::from_str(&up).ok()?;
-                let data = event.get("data").and_then(|d| object(d));
-                return checks(&event, data.as_ref());
+                let (_, up) = parse_object_spans(up.as_bytes(), Utf8::Require).ok()?;
+                let event = up.root();
+                return checks(event, object(event.get("data")));
             }
             Ok(Upgrade::Same) => {}
         }
     }
-    checks(&event, data.as_ref())
+    checks(event, data)
 }
 
 /// Whether the reference may upgrade (or refuse to upgrade) `event` of
 /// type `kind` before its checks: the shapes of [`super::event_legacy`],
 /// told by their keys alone.
-fn may_be_legacy(kind: &str, data: Option<&Obj>) -> bool {
+fn may_be_legacy(kind: &str, data: Option<Val>) -> bool {
     // A record only (an array has no members here either).
-    let has = |k: &str| data.is_some_and(|d| d.contains_key(k));
+    let has = |k: &str| data.is_some_and(|d| d.get(k).is_some());
     match kind {
         "mode/set" | "steering/message" | "turn/end" => true,
         "turn/start" => has("trigger"),
@@ -150,7 +136,7 @@ fn may_be_legacy(kind: &str, data: Option<&Obj>) -> bool {
 
 /// The checks of one event as the reference makes them once it is
 /// upgraded.
-fn checks(event: &Obj, data_members: Option<&Obj>) -> Option<String> {
+fn checks(event: Val, data_members: Option<Val>) -> Option<String> {
     let kind = string(event.get("type"))?;
     let kind = kind.as_ref();
     if kind == "request/header-delta" {
@@ -165,7 +151,7 @@ fn checks(event: &Obj, data_members: Option<&Obj>) -> Option<String> {
                 .into(),
         );
     }
-    let data = event.get("data").copied();
+    let data = event.get("data");
     if kind == "request/header" {
         if let Some(why) = request_header(data) {
             return Some(why);
@@ -176,42 +162,34 @@ fn checks(event: &Obj, data_members: Option<&Obj>) -> Option<String> {
         .map(|why| format!("{kind} {why}"))
 }
 
-fn request_header(data: Option<&RawValue>) -> Option<String> {
-    let data = data.and_then(plain_object);
-    if data
-        .as_ref()
-        .and_then(|d| string(d.get("reason")))
-        .as_deref()
-        == Some("fallback")
-    {
+fn request_header(data: Option<Val>) -> Option<String> {
+    let data = plain_object(data);
+    if data.and_then(|d| string(d.get("reason"))).as_deref() == Some("fallback") {
         return Some("request/header uses the unsupported legacy reason \"fallback\"".into());
     }
-    let header = data
-        .as_ref()
-        .and_then(|d| d.get("header").and_then(|h| plain_object(h)));
-    let config = header.as_ref().and_then(|h| h.get("config").copied());
-    if !has_provider_model(config.as_ref()) {
+    let header = plain_object(data.and_then(|d| d.get("header")));
+    let config = header.and_then(|h| h.get("config"));
+    if !has_provider_model(config) {
         return Some("request/header lacks provider/model".into());
     }
-    let config = object(config?)?;
+    let config = object(config)?;
     if let Some(effort) = config.get("reasoningEffort") {
         if !non_empty_str(Some(effort)) {
             return Some("request/header has an invalid reasoningEffort".into());
         }
     }
-    let defaults = header
-        .as_ref()
-        .and_then(|h| h.get("adapterDefaults").copied())?;
+    let defaults = header.and_then(|h| h.get("adapterDefaults"))?;
     let invalid = || Some("request/header has invalid adapterDefaults".to_string());
-    let Some(defaults) = plain_object(defaults) else {
+    let Some(defaults) = plain_object(Some(defaults)) else {
         return invalid();
     };
     let marked = |key: &str| is_true(defaults.get(key));
     if defaults
+        .entries()
         .iter()
-        .any(|(k, v)| !["reasoningEffort", "maxTokens"].contains(&k.as_ref()) || !is_true(Some(v)))
-        || (marked("reasoningEffort") && !config.contains_key("reasoningEffort"))
-        || (marked("maxTokens") && !config.contains_key("maxTokens"))
+        .any(|(k, v)| !["reasoningEffort", "maxTokens"].contains(&k.as_ref()) || !v.is_true())
+        || (marked("reasoningEffort") && config.get("reasoningEffort").is_none())
+        || (marked("maxTokens") && config.get("maxTokens").is_none())
     {
         return invalid();
     }
@@ -219,17 +197,15 @@ fn request_header(data: Option<&RawValue>) -> Option<String> {
 }
 
 /// `data`: the members of the event's `data` (see [`object`]).
-fn message_shape(kind: &str, data: Option<&Obj>) -> Option<String> {
+fn message_shape(kind: &str, data: Option<Val>) -> Option<String> {
     if !SURFACE_TYPES.contains(&kind) {
         return None;
     }
     let lacks = || Some("lacks an identified message".to_string());
-    let wrapped;
     let message = if kind == "user/message" {
         data
     } else {
-        wrapped = data.and_then(|d| d.get("message")).and_then(|m| object(m));
-        wrapped.as_ref()
+        object(data.and_then(|d| d.get("message")))
     };
     let Some(message) = message else {
         return lacks();
@@ -246,7 +222,7 @@ fn message_shape(kind: &str, data: Option<&Obj>) -> Option<String> {
         return Some(format!("message must have role \"{role}\""));
     }
     let source_raw = message.get("source");
-    let Some(source) = source_raw.and_then(|s| object(s)) else {
+    let Some(source) = object(source_raw) else {
         return Some("message has invalid source".into());
     };
     if !non_empty_str(source.get("kind")) {
@@ -269,30 +245,30 @@ fn message_shape(kind: &str, data: Option<&Obj>) -> Option<String> {
     if source_kind.as_deref() != Some("tool") || call.as_deref().is_none_or(str::is_empty) {
         return Some("message must have tool source".into());
     }
-    let content: Vec<&RawValue> = message
+    let content = message
         .get("content")
-        .and_then(|c| serde_json::from_str(c.get()).ok())
+        .map(|c| c.items())
         .unwrap_or_default();
-    let block = content.first().and_then(|b| object(b));
+    let block = object(content.first().copied());
     let one_block = content.len() == 1
-        && block.as_ref().is_some_and(|b| {
+        && block.is_some_and(|b| {
             string(b.get("type")).as_deref() == Some("tool-result") && is_array(b.get("content"))
         });
     if !one_block {
         return Some("message must contain one tool-result block".into());
     }
-    if block.as_ref().and_then(|b| string(b.get("toolCallId"))) != call {
+    if block.and_then(|b| string(b.get("toolCallId"))) != call {
         return Some("message has mismatched tool call ids".into());
     }
     None
 }
 
-fn surface(kind: &str, event: &Obj, seq: u64) -> Option<String> {
+fn surface(kind: &str, event: Val, seq: u64) -> Option<String> {
     if !SURFACE_TYPES.contains(&kind) {
-        if event.contains_key("surfaceOp") {
+        if event.get("surfaceOp").is_some() {
             return Some("is not surface-eligible and cannot carry surfaceOp".into());
         }
-        if event.contains_key("sourceEventSeqs") {
+        if event.get("sourceEventSeqs").is_some() {
             return Some("is not surface-eligible and cannot carry sourceEventSeqs".into());
         }
         return None;
@@ -301,10 +277,10 @@ fn surface(kind: &str, event: &Obj, seq: u64) -> Option<String> {
         return Some("is surface-eligible and requires a surfaceOp marker".into());
     };
     if string(Some(op)).as_deref() != Some("append") {
-        let Some(op) = plain_object(op) else {
+        let Some(op) = plain_object(Some(op)) else {
             return Some("carries an invalid surfaceOp".into());
         };
-        let replace = op.len() == 3
+        let replace = op.entries().len() == 3
             && string(op.get("op")).as_deref() == Some("replace")
             && non_negative(op.get("start")).is_some()
             && non_negative(op.get("end")).is_some();
@@ -313,14 +289,15 @@ fn surface(kind: &str, event: &Obj, seq: u64) -> Option<String> {
         }
     }
     let sources = event.get("sourceEventSeqs")?;
-    let Ok(sources) = serde_json::from_str::<Vec<&RawValue>>(sources.get()) else {
+    if !sources.is_array() {
         return Some("sourceEventSeqs must be an array when present".into());
-    };
+    }
+    let sources = sources.items();
     if sources.is_empty() && kind != "assistant/message" {
         return Some("sourceEventSeqs must not be empty except on assistant/message".into());
     }
     let mut seen = std::collections::HashSet::new();
-    for s in &sources {
+    for s in sources {
         let Some(n) = non_negative(Some(s)) else {
             return Some("sourceEventSeqs must densely contain non-negative safe integers".into());
         };

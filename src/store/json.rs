@@ -107,12 +107,132 @@ pub fn parse_object_keeping(
         }
         (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
     };
-    match Parser::new(text.as_bytes(), nested).parse()? {
+    object_of(Parser::new(text.as_bytes(), nested).parse()?)
+}
+
+fn object_of(value: Value) -> Result<Map<String, Value>, JsonError> {
+    match value {
         Value::Object(map) => Ok(map),
         _ => Err(JsonError {
             offset: 0,
             reason: NOT_OBJECT,
         }),
+    }
+}
+
+/// As [`parse_object`], and in the same scan the byte spans of the
+/// members of every container down to [`SPAN_DEPTH`] levels, for reading
+/// nested values without parsing the line again ([`super::json_view`]).
+/// The spans index the returned text: the line itself, or with
+/// [`Utf8::Replace`] its decoding with U+FFFD replacement when it is not
+/// UTF-8.
+///
+/// Errors: as [`parse_object`].
+pub fn parse_object_spans(
+    line: &[u8],
+    utf8: Utf8,
+) -> Result<(Map<String, Value>, super::json_view::Spanned<'_>), JsonError> {
+    let text = match (std::str::from_utf8(line), utf8) {
+        (Ok(s), _) => std::borrow::Cow::Borrowed(s),
+        (Err(e), Utf8::Require) => {
+            return Err(JsonError {
+                offset: e.valid_up_to(),
+                reason: NOT_UTF8,
+            })
+        }
+        (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
+    };
+    let mut parser = Parser::new(text.as_bytes(), &[]);
+    parser.rec = Some(Recorder::default());
+    let value = parser.parse_in_place()?;
+    let spans = parser.rec.take().map(|r| r.spans).unwrap_or_default();
+    let map = object_of(value)?;
+    Ok((map, super::json_view::Spanned::new(text, spans)))
+}
+
+/// The deepest level whose containers' member spans
+/// [`parse_object_spans`] returns (the line's object is level 1): level 5
+/// holds a tool result's block (`data.message.content[0]`), the deepest
+/// container the event checks look into.
+pub const SPAN_DEPTH: usize = 5;
+
+/// The member spans of one line's containers (see [`parse_object_spans`]),
+/// in the order the containers open, so by their start.
+#[derive(Debug, Default)]
+pub struct Spans {
+    pub(crate) nodes: Vec<SpanNode>,
+}
+
+/// One container: where it starts and ends (`{` or `[` to past its
+/// closing byte) and its members in order.
+#[derive(Debug)]
+pub(crate) struct SpanNode {
+    pub start: usize,
+    pub end: usize,
+    pub members: Vec<SpanMember>,
+}
+
+/// One member: its key's string literal (quotes included; `None` in an
+/// array) and its value, as byte spans.
+#[derive(Debug)]
+pub(crate) struct SpanMember {
+    pub key: Option<ByteSpan>,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Bytes `start..end` of the line.
+type ByteSpan = (usize, usize);
+
+/// The state of span recording during a scan.
+#[derive(Default)]
+struct Recorder {
+    spans: Spans,
+    /// Every open container: its start, its node when recorded, and the
+    /// key (its literal's span) whose value comes next.
+    open: Vec<(usize, Option<usize>, Option<ByteSpan>)>,
+    /// The start of the container closed last.
+    closed_start: usize,
+}
+
+impl Recorder {
+    fn open(&mut self, start: usize) {
+        let node = (self.open.len() < SPAN_DEPTH).then(|| {
+            self.spans.nodes.push(SpanNode {
+                start,
+                end: start,
+                members: Vec::new(),
+            });
+            self.spans.nodes.len() - 1
+        });
+        self.open.push((start, node, None));
+    }
+
+    fn close(&mut self, end: usize) {
+        if let Some((start, node, _)) = self.open.pop() {
+            if let Some(node) = node {
+                self.spans.nodes[node].end = end;
+            }
+            self.closed_start = start;
+        }
+    }
+
+    /// The key `start..end` (its string literal) of the next member of the
+    /// innermost open container.
+    fn key(&mut self, start: usize, end: usize) {
+        if let Some((_, Some(_), key)) = self.open.last_mut() {
+            *key = Some((start, end));
+        }
+    }
+
+    /// A complete value `start..end` in the innermost open container.
+    fn member(&mut self, start: usize, end: usize) {
+        if let Some((_, Some(node), key)) = self.open.last_mut() {
+            let key = key.take();
+            self.spans.nodes[*node]
+                .members
+                .push(SpanMember { key, start, end });
+        }
     }
 }
 
@@ -132,6 +252,8 @@ struct Parser<'a> {
     kept: Vec<Open>,
     /// Containers below the kept levels: `true` for an object.
     deep: Vec<bool>,
+    /// Span recording, when asked ([`parse_object_spans`]).
+    rec: Option<Recorder>,
 }
 
 fn err<T>(offset: usize, reason: &'static str) -> Result<T, JsonError> {
@@ -146,6 +268,7 @@ impl<'a> Parser<'a> {
             nested,
             kept: Vec::new(),
             deep: Vec::new(),
+            rec: None,
         }
     }
 
@@ -175,6 +298,11 @@ impl<'a> Parser<'a> {
 
     /// The whole text: one value, then only whitespace.
     fn parse(mut self) -> Result<Value, JsonError> {
+        self.parse_in_place()
+    }
+
+    /// As [`Parser::parse`], keeping the parser (and its recorded spans).
+    fn parse_in_place(&mut self) -> Result<Value, JsonError> {
         // The state machine: after a value is complete (`done`), it is
         // placed into the innermost open container or becomes the result.
         let mut result = None;
@@ -186,6 +314,9 @@ impl<'a> Parser<'a> {
                 None => return err(self.i, "the JSON text ends early"),
                 Some(b'{') | Some(b'[') => {
                     let object = self.b[self.i] == b'{';
+                    if let Some(rec) = self.rec.as_mut() {
+                        rec.open(self.i);
+                    }
                     self.i += 1;
                     if self.keep_next() {
                         self.kept.push(if object {
@@ -221,11 +352,15 @@ impl<'a> Parser<'a> {
             let Some(mut value) = value else {
                 continue; // a container was opened; its first value follows
             };
+            let mut value_start = start;
             // Place the value, then close every container that ends here.
             loop {
                 if self.depth() == 0 {
                     result = Some(value);
                     break;
+                }
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.member(value_start, self.i);
                 }
                 self.place(value);
                 self.ws();
@@ -242,10 +377,12 @@ impl<'a> Parser<'a> {
                     Some(b'}') if object => {
                         self.i += 1;
                         value = self.close_container();
+                        value_start = self.closed_start();
                     }
                     Some(b']') if !object => {
                         self.i += 1;
                         value = self.close_container();
+                        value_start = self.closed_start();
                     }
                     None => return err(self.i, "the JSON text ends early"),
                     Some(_) => {
@@ -270,6 +407,11 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// The start of the container closed last (0 when not recording).
+    fn closed_start(&self) -> usize {
+        self.rec.as_ref().map_or(0, |r| r.closed_start)
+    }
+
     fn innermost_is_object(&self) -> bool {
         match self.deep.last() {
             Some(&object) => object,
@@ -280,6 +422,9 @@ impl<'a> Parser<'a> {
     /// Pops the innermost container and returns it as a value (an empty
     /// placeholder of its kind below the kept levels).
     fn close_container(&mut self) -> Value {
+        if let Some(rec) = self.rec.as_mut() {
+            rec.close(self.i);
+        }
         if let Some(object) = self.deep.pop() {
             return if object {
                 Value::Object(Map::new())
@@ -317,7 +462,11 @@ impl<'a> Parser<'a> {
             return err(self.i, "expected a string key");
         }
         let keep = self.deep.is_empty();
+        let open = self.i;
         let key = self.string(keep)?;
+        if let Some(rec) = self.rec.as_mut() {
+            rec.key(open, self.i);
+        }
         if let (Some(Open::Object(_, slot)), true) = (self.kept.last_mut(), keep) {
             *slot = key;
         }
@@ -472,6 +621,29 @@ impl<'a> Parser<'a> {
         self.i += word.len();
         Ok(value)
     }
+}
+
+/// The text of the JSON string literal `raw` (its quotes included), as
+/// `JSON.parse` reads it (lone surrogate escapes as U+FFFD); `None` when
+/// `raw` is not exactly one string literal.
+pub fn string_literal(raw: &str) -> Option<String> {
+    let mut parser = Parser::new(raw.as_bytes(), &[]);
+    if raw.as_bytes().first() != Some(&b'"') {
+        return None;
+    }
+    let text = parser.string(true).ok()??;
+    (parser.i == raw.len()).then_some(text)
+}
+
+/// The number of the JSON number literal `raw`, as `JSON.parse` reads it
+/// (see [`js_number`]); `None` when `raw` is not exactly one number.
+pub fn number_literal(raw: &str) -> Option<Value> {
+    let mut parser = Parser::new(raw.as_bytes(), &[]);
+    if !matches!(raw.as_bytes().first(), Some(b'-' | b'0'..=b'9')) {
+        return None;
+    }
+    let n = parser.number().ok()?;
+    (parser.i == raw.len()).then_some(n)
 }
 
 /// A JavaScript number as a JSON value: integers (not negative zero)

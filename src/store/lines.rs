@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::error::StoreError;
 use super::header::{header_from_fields, Header, HeaderError};
-use super::json::{parse_object, parse_object_keeping, Utf8};
+use super::json::{parse_object, parse_object_keeping, parse_object_spans, Utf8};
 
 /// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -246,9 +246,10 @@ pub(crate) fn is_row_type(tag: &str) -> bool {
 ///
 /// Errors: the reason, as a sentence fragment.
 pub fn parse_record(line: &[u8]) -> Result<Record, String> {
-    let record = record_of(line, Utf8::Require)?;
+    let (map, spanned) = parse_object_spans(line, Utf8::Require).map_err(|e| e.to_string())?;
+    let record = record_from(map, line, Utf8::Require)?;
     if let Record::Event(_) = record {
-        if let Some(why) = super::event_shape::refusal(line) {
+        if let Some(why) = super::event_shape::refusal(&spanned) {
             return Err(format!(
                 "the reference would refuse to load the session: {why}"
             ));
@@ -271,6 +272,11 @@ pub fn read_record(line: &[u8]) -> Result<Record, String> {
 
 fn record_of(line: &[u8], utf8: Utf8) -> Result<Record, String> {
     let map = parse_object(line, utf8).map_err(|e| e.to_string())?;
+    record_from(map, line, utf8)
+}
+
+/// As [`record_of`], from the line's top-level members `map`.
+fn record_from(map: Map<String, Value>, line: &[u8], utf8: Utf8) -> Result<Record, String> {
     let Some(tag) = map.get("type").and_then(Value::as_str).map(str::to_owned) else {
         return Err("the record has no \"type\" string".into());
     };

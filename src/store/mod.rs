@@ -25,6 +25,7 @@ pub mod header;
 pub mod index;
 pub mod index_store;
 pub mod json;
+pub mod json_view;
 pub mod lease;
 pub mod limits;
 pub mod lines;

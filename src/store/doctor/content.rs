@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::super::event_shape;
 use super::super::header::{header_from_fields, Header, HeaderError};
-use super::super::json::{parse_object, Utf8};
+use super::super::json::{parse_object, parse_object_spans, Utf8};
 use super::super::lines::{is_row_type, read_record, Record};
 use super::finding::Kind;
 
@@ -192,8 +192,8 @@ impl ContentCheck {
     pub fn line(&mut self, line: &[u8], plain_offset: u64) {
         self.lines += 1;
         let n = self.lines;
-        let map = match parse_object(line, Utf8::Replace) {
-            Ok(map) => map,
+        let (map, spanned) = match parse_object_spans(line, Utf8::Replace) {
+            Ok(parsed) => parsed,
             Err(e) => {
                 let kind = if n == 1 {
                     Kind::HeaderLess
@@ -278,7 +278,7 @@ impl ContentCheck {
                 "ignorable" => map.get(key).is_some_and(|v| v != &Value::Bool(true)),
                 _ => map.contains_key(key),
             });
-            if let Some(why) = judged.then(|| event_shape::refusal(line)).flatten() {
+            if let Some(why) = judged.then(|| event_shape::refusal(&spanned)).flatten() {
                 self.note(Kind::EventRefused, plain_offset, || {
                     format!("line {n} (seq {seq}): the reference would refuse to load the session: {why}")
                 });
