@@ -617,8 +617,10 @@ pub fn classify(path: &Path) -> CheckTarget {
             if holds_transcript_entry(path) {
                 return CheckTarget::SessionDir;
             }
-            if transcripts_under(path).is_empty()
-                && subdirs(path).iter().any(|d| holds_transcript_entry(d))
+            // A project directory: its subdirectories hold transcripts and
+            // it has none two levels down (asked second: it walks).
+            if subdirs(path).iter().any(|d| holds_transcript_entry(d))
+                && transcripts_under(path).is_empty()
             {
                 return CheckTarget::ProjectDir;
             }

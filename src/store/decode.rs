@@ -170,7 +170,15 @@ pub fn open<'a, R: ReadAt + ?Sized>(
     Ok(FrameReader {
         ctx: Some(ctx),
         src: span,
-        input: vec![0u8; CHUNK].into_boxed_slice(),
+        // The frame's bytes or a chunk, whichever is smaller (a small
+        // frame, the common case, zeroes no more than it reads).
+        input: vec![
+            0u8;
+            CHUNK
+                .min(usize::try_from(end - info.offset).unwrap_or(CHUNK))
+                .max(1)
+        ]
+        .into_boxed_slice(),
         in_pos: 0,
         in_len: 0,
         src_done: false,

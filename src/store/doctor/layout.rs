@@ -188,7 +188,9 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
     for e in entries {
         let name = e.file_name();
         let path = e.path();
-        let Ok(meta) = fs::symlink_metadata(&path) else {
+        // The entry's type as listed (not following a link); its times
+        // are read only for the files whose age matters.
+        let Ok(kind) = e.file_type() else {
             continue;
         };
         let b = name.as_encoded_bytes();
@@ -202,6 +204,9 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                 },
             });
         } else if b == LOCK_NAME.as_bytes() {
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
             let lease = takeover_after(&path);
             let old = age(&meta, now);
             if old > lease {
@@ -219,6 +224,9 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
             // The commit protocol's own files (a waiter's marker, takeover
             // claims and temporaries, lease.rs): left to the protocol.
         } else if is_publication_temp(&name) {
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
             let old = age(&meta, now);
             let doctors = name
                 .to_str()
@@ -234,7 +242,7 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                 ));
             }
         } else if let Some(encoding) =
-            super::super::conflict::encoding_of(&name).filter(|_| meta.is_file())
+            super::super::conflict::encoding_of(&name).filter(|_| kind.is_file())
         {
             // A regular file only (a FIFO of that name would block the scan
             // at its open; the mount too passes such entries through).
@@ -243,7 +251,7 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                 path,
                 encoding,
             });
-        } else if meta.is_file() && is_foreign_transcript_name(&name) {
+        } else if kind.is_file() && is_foreign_transcript_name(&name) {
             out.findings.push(Finding::new(
                 path,
                 Kind::UnsupportedVersion,

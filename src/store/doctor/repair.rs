@@ -250,7 +250,8 @@ pub(super) fn mark_links(scan: &mut Scan) {
             f.fix = why;
         }
     }
-    for file in &mut scan.files {
+    // Only files with findings have a fix to say it in.
+    for file in scan.files.iter_mut().filter(|f| !f.findings.is_empty()) {
         if let Some(why) = not_repaired_through(&file.path) {
             for f in &mut file.findings {
                 f.fix = why.clone();
