@@ -409,7 +409,10 @@ impl Writer {
         match self.commit_locked(store, &mut p) {
             Ok(c) => c,
             Err(e) => {
-                p.failed = Some(Arc::new(e));
+                // A dropped batch is recorded already (`outcome`).
+                if p.failed.is_none() {
+                    p.failed = Some(Arc::new(e));
+                }
                 Committed::Nothing
             }
         }
@@ -442,10 +445,11 @@ impl Writer {
                 Err(StoreError::LockBusy { .. }) if Instant::now() < deadline => {
                     MutexGuard::unlocked(p, || std::thread::sleep(pause));
                     pause = (pause * 2).min(Duration::from_millis(50));
-                    if p.failed.is_some() {
+                    if let Some(e) = &p.failed {
                         // A reader's or a tick's commit in between dropped
-                        // the batch: reported by the caller's next step.
-                        return Ok(Committed::Nothing);
+                        // the batch: this commit fails with its error (an
+                        // fsync must not return 0 for lines not stored).
+                        return Err(FsError::Earlier(Arc::clone(e)));
                     }
                 }
                 r => return self.outcome(p, r),
