@@ -25,19 +25,31 @@ const NOBODY: u32 = 65534;
 const FUSE_GROUP: u32 = 65533;
 const FUSE_GROUP_STR: &str = "65533";
 
+/// Held by every test that changes or reads /dev/fuse's owner and mode
+/// (the tests of this binary run on parallel threads: one test's restore
+/// must not take the device from another's daemon).
+static DEV_FUSE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn dev_fuse_lock() -> std::sync::MutexGuard<'static, ()> {
+    DEV_FUSE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// /dev/fuse opened to group [`FUSE_GROUP`] (mode 0660) until dropped.
 struct DevFuseGroup {
     gid: u32,
     mode: u32,
+    _lock: std::sync::MutexGuard<'static, ()>,
 }
 
 impl DevFuseGroup {
     fn grant() -> Self {
         use std::os::unix::fs::MetadataExt;
+        let lock = dev_fuse_lock();
         let meta = fs::metadata("/dev/fuse").unwrap();
         let saved = DevFuseGroup {
             gid: meta.gid(),
             mode: meta.permissions().mode() & 0o7777,
+            _lock: lock,
         };
         std::os::unix::fs::chown("/dev/fuse", None, Some(FUSE_GROUP)).unwrap();
         fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(saved.mode | 0o060)).unwrap();
@@ -296,6 +308,7 @@ fn a_normal_user_gets_clear_messages() {
 
     // No access to /dev/fuse (root's alone here, as the assert below
     // checks): fusermount3 opens it as the user.
+    let _dev = dev_fuse_lock();
     let dev_mode = fs::metadata("/dev/fuse").unwrap().permissions().mode();
     assert_eq!(
         dev_mode & 0o006,
