@@ -2,9 +2,8 @@
 //! reference: each case is one event after a header, written as the
 //! reference's own frames would be, and loaded by the reference
 //! (`tests/oracle/load.mjs`); sessionfs refuses the line exactly when the
-//! reference refuses to load the session. The cases keep the rest of the
-//! envelope valid (a `time`, a `data`, only envelope keys), which these
-//! checks leave alone.
+//! reference refuses to load the session. The envelope cases take one
+//! member away or change it; the others keep the envelope valid.
 
 mod common;
 
@@ -456,6 +455,56 @@ fn cases() -> Vec<(&'static str, Value)> {
                 json!({"turn": 1, "reason": {"kind": "error", "step": -1, "message": "m"}}),
                 json!({}),
             ),
+        ),
+        // The envelope (assertSessionEventEnvelope).
+        ("envelope ok", event("goal/change", json!({}), json!({}))),
+        (
+            "envelope no time",
+            event("goal/change", json!({}), json!({"time": null})),
+        ),
+        (
+            "envelope time string",
+            event("goal/change", json!({}), json!({"time": "1767614401003"})),
+        ),
+        (
+            "envelope time fraction",
+            event("goal/change", json!({}), json!({"time": 1.5})),
+        ),
+        (
+            "envelope time negative",
+            event("goal/change", json!({}), json!({"time": -5})),
+        ),
+        (
+            "envelope time unsafe",
+            event(
+                "goal/change",
+                json!({}),
+                json!({"time": 9007199254740993u64}),
+            ),
+        ),
+        (
+            "envelope no data",
+            event("goal/change", json!({}), json!({"data": null})),
+        ),
+        (
+            "envelope data false",
+            event("goal/change", json!(false), json!({})),
+        ),
+        (
+            "envelope extra key",
+            event("goal/change", json!({}), json!({"meta": 1})),
+        ),
+        (
+            "envelope seq string",
+            event("goal/change", json!({}), json!({"seq": "0"})),
+        ),
+        (
+            "envelope ignorable true",
+            event("note/x", json!({}), json!({"ignorable": true})),
+        ),
+        (
+            "envelope ignorable false",
+            event("goal/change", json!({}), json!({"ignorable": false})),
         ),
         (
             "turn/end other kind",

@@ -928,7 +928,7 @@ mod tests {
         b"{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"delegationDepth\":0}\n";
 
     fn ev(seq: u64) -> String {
-        format!("{{\"type\":\"x\",\"seq\":{seq}}}\n")
+        format!("{{\"type\":\"x\",\"seq\":{seq},\"time\":1,\"data\":{{}}}}\n")
     }
 
     fn zstd_file(dir: &Path, parts: &[&[u8]]) -> std::path::PathBuf {
@@ -1085,7 +1085,7 @@ mod protocol_tests {
         b"{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"delegationDepth\":0}\n";
 
     fn ev(seq: u64) -> String {
-        format!("{{\"type\":\"x\",\"seq\":{seq}}}\n")
+        format!("{{\"type\":\"x\",\"seq\":{seq},\"time\":1,\"data\":{{}}}}\n")
     }
 
     fn fast() -> LeaseConfig {

@@ -6,10 +6,8 @@
 //! when one of its events fails them, so a line failing them is refused
 //! when it is written, and `sessionfs doctor` reports one already stored.
 //! Not checked here: what depends on earlier events (a replacement's range
-//! and shadowed nodes), event types the reference does not know (accepted;
-//! the doctor reports them), and, not yet, the rest of the envelope
-//! (`time` a safe integer, `data` present, no keys beyond `type`, `seq`,
-//! `time`, `data`, `surfaceOp`, `sourceEventSeqs` and `ignorable`).
+//! and shadowed nodes) and event types the reference does not know
+//! (accepted; the doctor reports them).
 //! Packed chunk rows are not events: the reference expands them itself.
 //!
 //! The line is read from the one scan that checked its JSON
@@ -22,32 +20,7 @@ use serde_json::Value;
 use super::event_legacy::{upgrade, Upgrade};
 use super::json::{parse_object_spans, Utf8};
 use super::json_view::{Spanned, Val};
-use super::lines::{is_row_type, safe_non_negative};
-
-/// Whether [`refusal`] can refuse an event of type `kind` whose
-/// top-level members `member` tells of (`member("surfaceOp")`: present;
-/// `member("ignorable")`: present and not `true`): the types whose `data`
-/// the checks look into or whose legacy shapes the reference upgrades,
-/// and any event carrying what only some may carry. A caller that has the
-/// top-level members already (the doctor) skips the rest cheaply.
-pub fn may_refuse(kind: &str, member: impl Fn(&str) -> bool) -> bool {
-    SURFACE_TYPES.contains(&kind)
-        || LEGACY_TYPES.contains(&kind)
-        || kind == "request/header"
-        || ["surfaceOp", "sourceEventSeqs", "ignorable"]
-            .into_iter()
-            .any(member)
-}
-
-/// Event types the reference upgrades from legacy shapes, or refuses as
-/// legacy, before its checks ([`super::event_legacy`]).
-const LEGACY_TYPES: &[&str] = &[
-    "request/header-delta",
-    "mode/set",
-    "steering/message",
-    "turn/start",
-    "turn/end",
-];
+use super::lines::{is_row_type, safe_integer, safe_non_negative};
 
 /// The event types whose message joins the model-visible surface.
 const SURFACE_TYPES: &[&str] = &["user/message", "assistant/message", "tool/result"];
@@ -143,13 +116,8 @@ fn checks(event: Val, data_members: Option<Val>) -> Option<String> {
         return Some("it uses the unsupported legacy request/header-delta format".into());
     }
     let seq = non_negative(event.get("seq"));
-    let ignorable = event.get("ignorable");
-    if seq.is_none() || (ignorable.is_some() && !is_true(ignorable)) {
-        return Some(
-            "it has an invalid event envelope (seq a non-negative safe integer, ignorable \
-             absent or true)"
-                .into(),
-        );
+    if let Some(why) = envelope(event, seq) {
+        return Some(format!("it has an invalid event envelope: {why}"));
     }
     let data = event.get("data");
     if kind == "request/header" {
@@ -160,6 +128,52 @@ fn checks(event: Val, data_members: Option<Val>) -> Option<String> {
     message_shape(kind, data_members)
         .or_else(|| surface(kind, event, seq.unwrap_or_default()))
         .map(|why| format!("{kind} {why}"))
+}
+
+/// The members an event line may have (`assertSessionEventEnvelope`).
+const ENVELOPE_KEYS: &[&str] = &[
+    "type",
+    "seq",
+    "time",
+    "data",
+    "surfaceOp",
+    "sourceEventSeqs",
+    "ignorable",
+];
+
+/// What is wrong with the envelope of `event` (whose `seq`, read, is
+/// `seq`): a member the reference does not know, a `seq` that is not a
+/// non-negative safe integer, a `time` that is not a safe integer, no
+/// `data`, or an `ignorable` that is not `true`.
+fn envelope(event: Val, seq: Option<u64>) -> Option<String> {
+    if let Some(key) = event
+        .entries()
+        .into_keys()
+        .find(|k| !ENVELOPE_KEYS.contains(&k.as_ref()))
+    {
+        return Some(format!(
+            "a member {key:?} (an event has only type, seq, time, data, surfaceOp, \
+             sourceEventSeqs and ignorable)"
+        ));
+    }
+    if seq.is_none() {
+        return Some("seq is not a non-negative safe integer".into());
+    }
+    if event
+        .get("time")
+        .and_then(|t| safe_integer(Some(&t.number()?)))
+        .is_none()
+    {
+        return Some("time is missing or not a safe integer (milliseconds)".into());
+    }
+    if event.get("data").is_none() {
+        return Some("data is missing".into());
+    }
+    let ignorable = event.get("ignorable");
+    if ignorable.is_some() && !is_true(ignorable) {
+        return Some("ignorable is present and not true".into());
+    }
+    None
 }
 
 fn request_header(data: Option<Val>) -> Option<String> {

@@ -146,7 +146,7 @@ pub(crate) fn safe_non_negative(value: Option<&Value>) -> Option<u64> {
 }
 
 /// A safe integer (`Number.isSafeInteger`), possibly negative.
-fn safe_integer(value: Option<&Value>) -> Option<i64> {
+pub(crate) fn safe_integer(value: Option<&Value>) -> Option<i64> {
     let value = value?;
     let limit = MAX_SAFE_INTEGER as i64;
     if let Some(n) = value.as_i64() {
@@ -544,19 +544,24 @@ mod tests {
         let mut c = SeqCursor::after(0);
         // Trailing CR is JSON whitespace; a float-spelled integer is a safe integer;
         // lone surrogates are valid JSON for the reference.
-        c.check_line(b"{\"type\":\"x\",\"seq\":0}\r", 1).unwrap();
-        c.check_line(b"{\"type\":\"x\",\"seq\":1.0}", 2).unwrap();
-        c.check_line(br#"{"type":"x","seq":2,"t":"\ud83d"}"#, 3)
+        c.check_line(b"{\"type\":\"x\",\"seq\":0,\"time\":1,\"data\":0}\r", 1)
             .unwrap();
-        c.check_line(br#"{"type":"x","seq":3,"t":"\ud83d\ude80 \\ud800"}"#, 4)
+        c.check_line(b"{\"type\":\"x\",\"seq\":1.0,\"time\":1e3,\"data\":0}", 2)
             .unwrap();
+        c.check_line(br#"{"type":"x","seq":2,"time":1,"data":{"t":"\ud83d"}}"#, 3)
+            .unwrap();
+        c.check_line(
+            br#"{"type":"x","seq":3,"time":1,"data":{"t":"\ud83d\ude80 \\ud800"}}"#,
+            4,
+        )
+        .unwrap();
         assert_eq!(c.next_seq(), 4);
     }
 
     #[test]
     fn deep_lines_and_committed_bytes_that_are_not_utf8() {
         let deep = format!(
-            "{{\"type\":\"x\",\"seq\":0,\"data\":{{\"v\":{}\"x\"{}}}}}",
+            "{{\"type\":\"x\",\"seq\":0,\"time\":1,\"data\":{{\"v\":{}\"x\"{}}}}}",
             "[".repeat(100_000),
             "]".repeat(100_000)
         );

@@ -516,7 +516,7 @@ mod tests {
     }
 
     fn ev(seq: u64) -> String {
-        format!("{{\"type\":\"x\",\"seq\":{seq}}}\n")
+        format!("{{\"type\":\"x\",\"seq\":{seq},\"time\":1,\"data\":{{}}}}\n")
     }
 
     #[test]

@@ -2,11 +2,17 @@
 // Reads one session's transcript with the reference (readRaw, as the
 // reference reads any file) and reports, for every line after the header,
 // what JSON.parse makes of it: whether it is an object, and its `type` and
-// `seq` as JavaScript sees them. Used by tests/json_oracle.rs.
+// `seq` as JavaScript sees them, and whether its envelope passes the
+// reference's load (the rules of `assertSessionEventEnvelope` in
+// @deepseek-ai/dsh-session's lib/types/index.js, which it does not export:
+// only the members type, seq, time, data, surfaceOp, sourceEventSeqs and
+// ignorable, as `for...in` lists them; a safe-integer time; data present;
+// ignorable absent or true). Used by tests/json_oracle.rs.
 //
 // usage: node read_lines.mjs ORACLE_DIR ROOT ID [--compression zstd|none]
 // prints: one JSON array, one entry per line:
-//   { object: bool, type: string|null, seq: "typeof" | "number:<f64 bits hex>" }
+//   { object: bool, type: string|null, seq: "typeof" | "number:<f64 bits hex>",
+//     envelope: bool }
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 
@@ -35,10 +41,18 @@ const out = lines.slice(1).map((line) => {
   try {
     v = JSON.parse(line)
   } catch {
-    return { object: false, type: null, seq: null }
+    return { object: false, type: null, seq: null, envelope: false }
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return { object: false, type: null, seq: null }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return { object: false, type: null, seq: null, envelope: false }
+  const members = ['type', 'seq', 'time', 'data', 'surfaceOp', 'sourceEventSeqs', 'ignorable']
+  let known = true
+  for (const key in v) if (!members.includes(key)) known = false
+  const envelope = known
+    && typeof v.time === 'number' && Number.isSafeInteger(v.time)
+    && v.data !== undefined
+    && (v.ignorable === undefined || v.ignorable === true)
   return {
+    envelope,
     object: true,
     type: typeof v.type === 'string' ? v.type.toWellFormed() : null,
     seq: typeof v.seq === 'number' ? `number:${bits(v.seq)}` : typeof v.seq,

@@ -274,11 +274,7 @@ impl ContentCheck {
                     || format!("event type {tag:?} (seq {seq}) is unknown to the reference and not marked ignorable"),
                 );
             }
-            let judged = event_shape::may_refuse(&tag, |key| match key {
-                "ignorable" => map.get(key).is_some_and(|v| v != &Value::Bool(true)),
-                _ => map.contains_key(key),
-            });
-            if let Some(why) = judged.then(|| event_shape::refusal(&spanned)).flatten() {
+            if let Some(why) = event_shape::refusal(&spanned) {
                 self.note(Kind::EventRefused, plain_offset, || {
                     format!("line {n} (seq {seq}): the reference would refuse to load the session: {why}")
                 });
@@ -430,5 +426,16 @@ mod tests {
         assert!(run(&[H, ok]).is_empty());
         let marked = r#"{"type":"turn/start","seq":0,"time":1,"data":{},"surfaceOp":"append"}"#;
         assert_eq!(run(&[H, marked]), vec![Kind::EventRefused]);
+        // The envelope, for every type: a time, a data, no other member.
+        for bad in [
+            r#"{"type":"goal/change","seq":0,"data":{}}"#,
+            r#"{"type":"goal/change","seq":0,"time":1.5,"data":{}}"#,
+            r#"{"type":"goal/change","seq":0,"time":1}"#,
+            r#"{"type":"goal/change","seq":0,"time":1,"data":{},"note":"x"}"#,
+        ] {
+            assert_eq!(run(&[H, bad]), vec![Kind::EventRefused], "{bad}");
+        }
+        let dated = r#"{"type":"goal/change","seq":0,"time":-1,"data":null}"#;
+        assert!(run(&[H, dated]).is_empty());
     }
 }
