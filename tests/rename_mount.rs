@@ -168,6 +168,68 @@ fn symlinks_hard_links_and_fifos_are_made_on_the_backing_file_system() {
     mount.stop();
 }
 
+/// `touch` (utimensat) of passed-through entries changes the entry's own
+/// times, as on the backing file system: a FIFO's without waiting for a
+/// writer, a socket's, and with `-h` a symbolic link's (dangling or not),
+/// never its target's.
+#[test]
+fn times_are_set_on_the_entry_itself() {
+    use std::os::unix::net::UnixListener;
+    use std::process::Command;
+    let (_tmp, root) = corpus_copy("normal");
+    let backing = root.join(SESSION);
+    fs::write(backing.join("target"), b"t\n").unwrap();
+    std::os::unix::fs::symlink("target", backing.join("lnk")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent-target", backing.join("dang")).unwrap();
+    sh_ok("mkfifo \"$1\"/pipe", [&backing]);
+    let _socket = UnixListener::bind(backing.join("sock")).unwrap();
+    let mount = Mount::start(&root, &[]);
+    let dir = mount.join(SESSION);
+    let target_before = fs::metadata(backing.join("target")).unwrap().mtime();
+    for (name, args) in [
+        ("pipe", vec!["-d", "2001-01-01"]),
+        ("sock", vec!["-d", "2001-01-01"]),
+        ("lnk", vec!["-h", "-d", "2001-01-01"]),
+        ("dang", vec!["-h", "-d", "2001-01-01"]),
+    ] {
+        let mut child = Command::new("touch")
+            .args(&args)
+            .arg(dir.join(name))
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                // Release a request waiting in the FIFO's open, then fail.
+                let _ = fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(backing.join("pipe"));
+                let _ = child.wait();
+                panic!("touch of {name} did not return within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "touch {args:?} {name}: {status}");
+        let m = fs::symlink_metadata(backing.join(name)).unwrap();
+        // 2001-01-01 in any zone of the machine: within a day of it.
+        assert!(
+            (m.mtime() - 978_307_200).abs() < 86_400,
+            "{name}: mtime {}",
+            m.mtime()
+        );
+    }
+    assert_eq!(
+        fs::metadata(backing.join("target")).unwrap().mtime(),
+        target_before,
+        "the link's target keeps its time"
+    );
+    mount.stop();
+}
+
 #[test]
 fn inodes_the_kernel_forgets_leave_the_table() {
     let (_tmp, root) = corpus_copy("normal");

@@ -718,14 +718,11 @@ impl SessionFs {
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & 0o7777))
                     .map_err(|e| io_errno(&p, "chmod", e))?;
             }
-            if mtime.is_some() || atime.is_some() {
-                let f = std::fs::File::options()
-                    .write(false)
-                    .read(true)
-                    .open(&p)
-                    .map_err(|e| io_errno(&p, "open", e))?;
-                set_times(&f, &p, mtime, atime)?;
-            }
+            // By path, never by opening it (a FIFO's open waits for a
+            // writer; a socket's fails): a passed-through entry is the
+            // entry itself, a symbolic link included, as `touch -h` asks.
+            let follow = !matches!(node, Node::Passthrough { .. });
+            set_path_times(&p, mtime, atime, follow)?;
         }
         self.getattr(ino)
     }
@@ -807,6 +804,61 @@ fn set_times(
         times = times.set_accessed(t);
     }
     f.set_times(times).map_err(|e| io_errno(p, "utimes", e))
+}
+
+/// Sets the modification and access times given (neither: nothing) of
+/// the backing entry at `p` with `utimensat(2)`, following a symbolic
+/// link at `p` only when `follow`.
+///
+/// Errors: the call's errno, with `p` in the log.
+fn set_path_times(
+    p: &std::path::Path,
+    mtime: Option<SystemTime>,
+    atime: Option<SystemTime>,
+    follow: bool,
+) -> FsResult<()> {
+    if mtime.is_none() && atime.is_none() {
+        return Ok(());
+    }
+    let spec = |t: Option<SystemTime>| match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(t) => timespec_of(t),
+    };
+    let times = [spec(atime), spec(mtime)];
+    let c =
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| FsError::Invalid)?;
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    // SAFETY: `c` is a NUL-terminated path and `times` two timespecs, both
+    // alive for the call.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), flags) };
+    if r != 0 {
+        return Err(io_errno(p, "utimensat", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// `t` as a `timespec` (seconds and nanoseconds since the epoch; a time
+/// before it has negative seconds and non-negative nanoseconds).
+fn timespec_of(t: SystemTime) -> libc::timespec {
+    let (secs, nanos) = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+        Err(e) => {
+            let d = e.duration();
+            let (s, n) = (d.as_secs() as i64, i64::from(d.subsec_nanos()));
+            if n == 0 {
+                (-s, 0)
+            } else {
+                (-s - 1, 1_000_000_000 - n)
+            }
+        }
+    };
+    libc::timespec {
+        tv_sec: secs as libc::time_t,
+        tv_nsec: nanos as libc::c_long,
+    }
 }
 
 /// `rename(2)`, or `renameat2(2)` with `flags` (RENAME_NOREPLACE: EEXIST
