@@ -415,6 +415,53 @@ fn a_session_created_or_removed_on_disk_follows_in_every_view() {
     mount.stop();
 }
 
+/// A transcript replaced or removed inside its session directory changes
+/// no project directory's stamp: the views still follow it (found by a
+/// fresh tester: they kept the old title, and the removed session).
+#[test]
+fn a_transcript_replaced_or_removed_in_its_directory_follows_in_the_views() {
+    let root = tempfile::tempdir().unwrap();
+    copy_tree(&corpus_dir().join("normal/root"), root.path());
+    let ms = 1_767_700_000_000;
+    let dir = write_session(
+        root.path(),
+        "x_rep12345",
+        common::CORPUS_APP_CWD,
+        ms,
+        "Original title here.",
+    );
+    // Past the window in which a directory's stamp is not trusted (a
+    // change in the same clock tick could keep it), so that the project's
+    // stamp is taken as it is and not listed again.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mount = mount_corpus(root.path(), &[]);
+    let titles = || names(&mount.join(".by-title"));
+    assert!(titles().contains(&"Original title here rep12345".to_string()));
+    let scratch = tempfile::tempdir().unwrap();
+    let other = write_session(
+        scratch.path(),
+        "x_rep12345",
+        common::CORPUS_APP_CWD,
+        ms,
+        "Replaced title here.",
+    );
+    fs::rename(
+        other.join("session.jsonl.zstd"),
+        dir.join("session.jsonl.zstd"),
+    )
+    .unwrap();
+    within_follow("the new title", || {
+        let t = titles();
+        t.contains(&"Replaced title here rep12345".to_string())
+            && !t.contains(&"Original title here rep12345".to_string())
+    });
+    fs::remove_file(dir.join("session.jsonl.zstd")).unwrap();
+    within_follow("leaves .by-title", || {
+        !titles().iter().any(|n| n.contains("rep12345"))
+    });
+    mount.stop();
+}
+
 #[test]
 fn a_second_mount_lists_the_titles_without_decoding_a_frame() {
     let root = tempfile::tempdir().unwrap();

@@ -6,10 +6,11 @@
 //! Revalidation: the root is listed, and each project directory is
 //! `lstat`ed. A project whose mtime, ctime and inode are those of the last
 //! scan (and were not within [`RACY`] of that scan's clock, when a change
-//! could share the timestamp) keeps its list of sessions; only its
-//! sessions without a transcript yet, without a title yet, refused, or
-//! damaged are looked at again (one `lstat` each, read again only when the
-//! transcript's identity or size changed). Another project is listed again
+//! could share the timestamp) keeps its list of sessions, whose
+//! transcripts are `lstat`ed: one removed, or replaced (another inode), is
+//! noticed; a session without a transcript yet, without a title yet,
+//! refused or damaged is read again when its transcript's size changed
+//! too. Another project is listed again
 //! and its sessions are matched by transcript identity (device, inode).
 //! A session is read only when it is new or changed: its transcript is
 //! validated (the checks of [`Store::transcript`]; a duplicate id, the same
@@ -240,11 +241,10 @@ fn rescan(
         let project = projects.entry(name.clone()).or_default();
         let names = &mut Interner::default();
         if project.stamp == Some(stamp) {
+            // The same sessions: each transcript is `lstat`ed (one removed
+            // or replaced inside its directory changes no project stamp).
             for (session, slot) in project.sessions.iter_mut() {
-                let settled = matches!(slot, Slot::Seen { settled: true, .. });
-                if !settled {
-                    changed |= revisit(store, cache, names, &name, session, slot);
-                }
+                changed |= revisit(store, cache, names, &name, session, slot);
             }
             continue;
         }
