@@ -12,7 +12,10 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
 use super::facts::ViewFacts;
-use super::names::{cwd_components, link_name, short_id};
+use super::names::{cwd_components, fnv1a, link_name, short_id};
+
+/// The last level of a link name's tail (see [`ViewSnapshot::links`]).
+const MAX_NAME_LEVEL: u8 = 2;
 
 /// Which view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -266,7 +269,7 @@ impl ViewSnapshot {
     }
 
     /// The links of directory `dir` of `view`: names unique within the
-    /// directory. Every name shared by several sessions, or equal to a
+    /// directory (see the levels below). Every name shared by several sessions, or equal to a
     /// subdirectory beside it, gets the full id (the encoded one) instead
     /// of the short id, so names never depend on listing order.
     pub fn links<'a>(&'a self, view: ViewKind, dir: &'a ViewDir) -> &'a Links {
@@ -279,31 +282,56 @@ impl ViewSnapshot {
                     ViewKind::Title => String::new(),
                 }
             };
-            // Names with the short id, sorted; a name shared by several
-            // sessions or equal to a subdirectory is made again with the
-            // full id for each of them.
-            let mut names: Vec<(Box<str>, usize)> = dir
-                .members
-                .iter()
-                .map(|&i| {
-                    let s = &self.sessions[i];
-                    (link_name(&prefix(i), &s.title, &short_id(&s.id)).into(), i)
-                })
-                .collect();
-            names.sort_unstable();
-            let clashes = |k: usize| {
-                let name = &names[k].0;
-                (k > 0 && names[k - 1].0 == *name)
-                    || names.get(k + 1).is_some_and(|n| n.0 == *name)
-                    || dir.subdirs.contains(&**name)
-            };
-            let full: Vec<usize> = (0..names.len()).filter(|&k| clashes(k)).collect();
-            for k in full {
-                let i = names[k].1;
+            // Names with the short id; every name shared by several
+            // sessions or equal to a subdirectory is made again one level
+            // up for each of them, until none is: the full (encoded) id,
+            // then the full id and a hash of the session's project and
+            // directory (a full id can equal a short one, or another
+            // session's name), then a number in the order of those.
+            let name_at = |i: usize, level: u8| -> Box<str> {
                 let s = &self.sessions[i];
-                names[k].0 = link_name(&prefix(i), &s.title, &s.session.to_string_lossy()).into();
+                let tail = match level {
+                    0 => short_id(&s.id),
+                    1 => s.session.to_string_lossy().into_owned(),
+                    _ => {
+                        let key = [s.project.as_encoded_bytes(), s.session.as_encoded_bytes()];
+                        format!(
+                            "{} ~{:016x}",
+                            s.session.to_string_lossy(),
+                            fnv1a(&key.join(&b'/'))
+                        )
+                    }
+                };
+                link_name(&prefix(i), &s.title, &tail).into()
+            };
+            let mut names: Vec<(Box<str>, usize, u8)> =
+                dir.members.iter().map(|&i| (name_at(i, 0), i, 0)).collect();
+            for round in 0..=MAX_NAME_LEVEL {
+                names.sort_unstable();
+                let clashes = |k: usize| {
+                    let name = &names[k].0;
+                    (k > 0 && names[k - 1].0 == *name)
+                        || names.get(k + 1).is_some_and(|n| n.0 == *name)
+                        || dir.subdirs.contains(&**name)
+                };
+                let clashing: Vec<usize> = (0..names.len()).filter(|&k| clashes(k)).collect();
+                if clashing.is_empty() {
+                    break;
+                }
+                for (n, k) in clashing.into_iter().enumerate() {
+                    let (_, i, level) = names[k];
+                    names[k] = if round < MAX_NAME_LEVEL {
+                        (name_at(i, level + 1), i, level + 1)
+                    } else {
+                        // Not reached but by names made to collide.
+                        let name = format!("{} ~{n}", names[k].0);
+                        (name.into(), i, level)
+                    };
+                }
             }
             names.sort_unstable();
+            let mut names: Vec<(Box<str>, usize)> =
+                names.into_iter().map(|(n, i, _)| (n, i)).collect();
             names.shrink_to_fit();
             Links(names)
         })
@@ -351,6 +379,54 @@ mod tests {
         assert!(top.subdirs.contains("2026-01-05 09-00-00 t 12345678"));
         let names: Vec<&str> = snap.links(ViewKind::Cwd, top).keys().collect();
         assert_eq!(names, ["2026-01-05 09-00-00 t a_12345678"]);
+    }
+
+    /// The fresh tester's two cases: a full id no longer than a short one
+    /// (still the subdirectory's name), and a full id equal to another
+    /// session's name: every name stays unique and each session keeps one.
+    #[test]
+    fn names_stay_unique_when_a_full_id_clashes_again() {
+        let ms = 1_767_603_600_000; // 2026-01-05 09:00:00 UTC
+        let utc = TimeZone::UTC;
+        let snap = ViewSnapshot::build(
+            vec![
+                facts("short1", Some("/"), ms, "T"),
+                facts("other2", Some("/2026-01-05 09-00-00 T short1"), ms, "U"),
+            ],
+            &utc,
+        );
+        let top = snap.tree(ViewKind::Cwd).dir("").unwrap();
+        let names: Vec<&str> = snap.links(ViewKind::Cwd, top).keys().collect();
+        assert_eq!(names.len(), 1);
+        assert!(!top.subdirs.contains(names[0]), "{names:?}");
+        assert!(
+            names[0].starts_with("2026-01-05 09-00-00 T short1 ~"),
+            "{names:?}"
+        );
+
+        let snap = ViewSnapshot::build(
+            vec![
+                facts("abcdefgh1", Some("/c"), ms, "T"),
+                facts("abcdefgh1-z", Some("/c"), ms, "T"),
+                facts("w_", Some("/c"), ms, "T abcdefgh1"),
+            ],
+            &utc,
+        );
+        for view in ViewKind::ALL {
+            let dir = match view {
+                ViewKind::Cwd => "c",
+                ViewKind::Date => "2026/01/05",
+                ViewKind::Title => "",
+            };
+            let dir = snap.tree(view).dir(dir).unwrap();
+            let links = snap.links(view, dir);
+            let names: Vec<&str> = links.keys().collect();
+            let unique: BTreeSet<&str> = names.iter().copied().collect();
+            assert_eq!(unique.len(), 3, "{view:?}: {names:?}");
+            let mut sessions: Vec<usize> = names.iter().map(|n| *links.get(n).unwrap()).collect();
+            sessions.sort_unstable();
+            assert_eq!(sessions, [0, 1, 2], "{view:?}: {names:?}");
+        }
     }
 
     #[test]
