@@ -154,7 +154,8 @@ pub(super) fn filtered(
 }
 
 /// Prints the tree of `view` in `snap`: directories end in `/`, links
-/// show `name -> project/session`, two spaces of indent per level.
+/// show `name -> project/session`, two spaces of indent per level; control
+/// characters in names are escaped (`\n`), as in the log.
 pub(super) fn write_tree(out: &mut impl Write, snap: &ViewSnapshot, by: ByView) -> io::Result<()> {
     let view = match by {
         ByView::Cwd => ViewKind::Cwd,
@@ -183,13 +184,16 @@ fn write_dir(
     let indent = "  ".repeat(depth);
     if !rel.is_empty() {
         let name = rel.rsplit('/').next().unwrap_or(rel);
-        writeln!(out, "{}{}/", "  ".repeat(depth - 1), name)?;
+        // Control characters escaped: one line per entry.
+        let name = Shown(std::path::Path::new(name));
+        writeln!(out, "{}{name}/", "  ".repeat(depth - 1))?;
     }
     for (name, &i) in snap.links(view, dir) {
         let s = &snap.sessions[i];
         writeln!(
             out,
-            "{indent}{name} -> {}",
+            "{indent}{} -> {}",
+            Shown(std::path::Path::new(name)),
             Shown(&std::path::Path::new(&s.project).join(&*s.session))
         )?;
     }
@@ -256,6 +260,30 @@ mod tests {
         assert!((day - last_day_utc).abs() <= 86_400_000, "{day}");
         assert!(parse_since("9999-12-31 12:00").unwrap() > day);
         assert!(parse_since("9999-12-32").is_err());
+    }
+
+    #[test]
+    fn a_control_character_in_a_name_keeps_the_tree_one_line_per_entry() {
+        use crate::store::views::facts::ViewFacts;
+        let facts = ViewFacts {
+            project: std::ffi::OsStr::new("--a-b--").into(),
+            session: std::ffi::OsStr::new("s_12345678").into(),
+            id: "s_12345678".into(),
+            cwd: Some("/a\nb".into()),
+            created_at_ms: T as u64,
+            title: "line\u{1b}one".into(),
+        };
+        let snap = ViewSnapshot::build(vec![std::sync::Arc::new(facts)], &jiff::tz::TimeZone::UTC);
+        let mut out = Vec::new();
+        write_tree(&mut out, &snap, ByView::Cwd).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text:?}");
+        assert_eq!(lines[1], "  a\\nb/");
+        assert_eq!(
+            lines[2],
+            "    2026-01-06 03-30-00 line\\u{1b}one 12345678 -> --a-b--/s_12345678"
+        );
     }
 
     #[test]
