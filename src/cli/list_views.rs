@@ -136,6 +136,9 @@ pub(super) fn filtered(
     filters: &Filters,
 ) -> Result<(HashSet<(OsString, OsString)>, ViewSnapshot), crate::store::StoreError> {
     let catalog = ViewCatalog::new(store, Duration::ZERO);
+    // A persisted catalog: transcripts removed or replaced since are
+    // found by the sweep (one lstat per session), then read again.
+    catalog.sweep(store);
     let snap = catalog.snapshot(store)?;
     let kept: Vec<Arc<ViewFacts>> = snap
         .sessions

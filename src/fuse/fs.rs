@@ -527,6 +527,26 @@ impl SessionFs {
         }
     }
 
+    /// Sweeps the views' catalog every
+    /// [`SWEEP_EVERY`](crate::store::views::catalog::SWEEP_EVERY) while the views
+    /// are in use, that is when a view was listed or looked into since the
+    /// last sweep ([`ViewCatalog::sweep`]: transcripts removed or replaced
+    /// inside their session directories, also while nothing was mounted);
+    /// never returns (the mount's `sessionfs-views` thread, which ends
+    /// with the process). A sweep waits one period after the use, so that
+    /// it never competes with a fresh mount's first listings.
+    pub fn sweep_views(&self) -> ! {
+        loop {
+            std::thread::sleep(crate::store::views::catalog::SWEEP_EVERY);
+            if self.views.take_used() {
+                let marked = self.views.sweep(&self.store);
+                if marked > 0 {
+                    log::debug!("views: {marked} transcripts changed in place; read again");
+                }
+            }
+        }
+    }
+
     /// Whether the views' snapshot is built (for `.sessionfs-status`).
     pub fn views_ready(&self) -> bool {
         self.views.has_snapshot()

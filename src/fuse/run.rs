@@ -255,7 +255,10 @@ pub fn run_mount(
     // The first listing of a view after a mount need not wait for the
     // views' snapshot (see `warm_views`).
     let warm = Arc::clone(&core);
-    spawn_named("sessionfs-views", move || warm.warm_views())?;
+    spawn_named("sessionfs-views", move || {
+        warm.warm_views();
+        warm.sweep_views()
+    })?;
     let (invalidations, invalidated) = std::sync::mpsc::channel::<Invalidation>();
     core.set_invalidation_channel(invalidations);
     let mut settings = config.settings.clone();

@@ -6,11 +6,13 @@
 //! Revalidation: the root is listed, and each project directory is
 //! `lstat`ed. A project whose mtime, ctime and inode are those of the last
 //! scan (and were not within [`RACY`] of that scan's clock, when a change
-//! could share the timestamp) keeps its list of sessions, whose
-//! transcripts are `lstat`ed: one removed, or replaced (another inode), is
-//! noticed; a session without a transcript yet, without a title yet,
-//! refused or damaged is read again when its transcript's size changed
-//! too. Another project is listed again
+//! could share the timestamp) keeps its list of sessions; only its
+//! sessions without a transcript yet, without a title yet, refused, or
+//! damaged are looked at again (one `lstat` each, read again only when the
+//! transcript's identity or size changed). A transcript removed or
+//! replaced inside its session directory changes no project's stamp: a
+//! sweep in the background ([`ViewCatalog::sweep`]) `lstat`s the others
+//! and marks those for the next snapshot. Another project is listed again
 //! and its sessions are matched by transcript identity (device, inode).
 //! A session is read only when it is new or changed: its transcript is
 //! validated (the checks of [`Store::transcript`]; a duplicate id, the same
@@ -110,6 +112,9 @@ struct Project {
 struct State {
     projects: BTreeMap<OsString, Project>,
     snapshot: Option<(Instant, Arc<ViewSnapshot>)>,
+    /// A sweep marked sessions to look at again: the next snapshot
+    /// revalidates, whatever its age.
+    stale: bool,
 }
 
 /// The catalog of one root's views.
@@ -121,6 +126,8 @@ pub struct ViewCatalog {
     /// Decoded frames of title scans: the catalog's own, so reading
     /// titles never evicts the mount's.
     cache: Arc<FrameCache>,
+    /// A snapshot was asked for since the last [`ViewCatalog::take_used`].
+    used: std::sync::atomic::AtomicBool,
 }
 
 impl ViewCatalog {
@@ -138,11 +145,13 @@ impl ViewCatalog {
             state: Mutex::new(State {
                 projects,
                 snapshot: None,
+                stale: false,
             }),
             persist,
             max_age,
             zone: crate::store::zone::local_zone().clone(),
             cache: Arc::new(FrameCache::new(TITLE_CACHE)),
+            used: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -165,12 +174,14 @@ impl ViewCatalog {
     ///
     /// Errors: [`StoreError::Io`] when the root cannot be listed.
     pub fn snapshot(&self, store: &Store) -> Result<Arc<ViewSnapshot>, StoreError> {
+        self.used.store(true, Ordering::Relaxed);
         let mut st = self.state.lock();
         if let Some((at, snap)) = &st.snapshot {
-            if at.elapsed() < self.max_age {
+            if at.elapsed() < self.max_age && !st.stale {
                 return Ok(Arc::clone(snap));
             }
         }
+        st.stale = false;
         let found = rescan(store, &self.cache, &mut st.projects)?;
         if found.persist {
             if let Some(path) = &self.persist {
@@ -185,7 +196,75 @@ impl ViewCatalog {
         }
         Ok(Arc::clone(&st.snapshot.as_ref().expect("set above").1))
     }
+
+    /// Whether a snapshot was asked for since the last call (the views in
+    /// use: worth a [`ViewCatalog::sweep`]).
+    pub fn take_used(&self) -> bool {
+        self.used.swap(false, Ordering::Relaxed)
+    }
+
+    /// `lstat`s the transcript of every settled session (one removed, or
+    /// replaced by another file, inside its session directory changes no
+    /// project's stamp) without holding the catalog meanwhile, and marks
+    /// each changed one to be looked at again by the next snapshot, which
+    /// then revalidates at once. Returns how many were marked.
+    pub fn sweep(&self, store: &Store) -> usize {
+        let seen: Vec<(OsString, OsString, u64, u64)> = {
+            let st = self.state.lock();
+            st.projects
+                .iter()
+                .flat_map(|(p, project)| {
+                    project
+                        .sessions
+                        .iter()
+                        .filter_map(move |(s, slot)| match slot {
+                            Slot::Seen {
+                                dev,
+                                ino,
+                                settled: true,
+                                ..
+                            } => Some((p.clone(), s.clone(), *dev, *ino)),
+                            _ => None,
+                        })
+                })
+                .collect()
+        };
+        let file = store.encoding().file_name();
+        let changed: Vec<(OsString, OsString, u64, u64)> = seen
+            .into_iter()
+            .filter(|(p, s, dev, ino)| {
+                fs::symlink_metadata(store.root().join(p).join(s).join(file))
+                    .map_or(true, |m| (m.dev(), m.ino()) != (*dev, *ino))
+            })
+            .collect();
+        if changed.is_empty() {
+            return 0;
+        }
+        let mut st = self.state.lock();
+        let mut marked = 0;
+        for (p, s, dev0, ino0) in &changed {
+            let slot = st
+                .projects
+                .get_mut(p)
+                .and_then(|project| project.sessions.get_mut(s));
+            if let Some(Slot::Seen {
+                dev, ino, settled, ..
+            }) = slot
+            {
+                if (*dev, *ino) == (*dev0, *ino0) {
+                    *settled = false;
+                    marked += 1;
+                }
+            }
+        }
+        st.stale |= marked > 0;
+        marked
+    }
 }
+
+/// How often the mount sweeps the views' catalog while they are in use
+/// ([`ViewCatalog::sweep`]).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The facts of every valid session; an id directory present in several
 /// projects (a duplicate id) is left out.
@@ -241,10 +320,11 @@ fn rescan(
         let project = projects.entry(name.clone()).or_default();
         let names = &mut Interner::default();
         if project.stamp == Some(stamp) {
-            // The same sessions: each transcript is `lstat`ed (one removed
-            // or replaced inside its directory changes no project stamp).
             for (session, slot) in project.sessions.iter_mut() {
-                changed |= revisit(store, cache, names, &name, session, slot);
+                let settled = matches!(slot, Slot::Seen { settled: true, .. });
+                if !settled {
+                    changed |= revisit(store, cache, names, &name, session, slot);
+                }
             }
             continue;
         }
