@@ -97,17 +97,20 @@ pub fn parse_object_keeping(
     utf8: Utf8,
     nested: &[&str],
 ) -> Result<Map<String, Value>, JsonError> {
-    let text = match (std::str::from_utf8(line), utf8) {
-        (Ok(s), _) => std::borrow::Cow::Borrowed(s),
-        (Err(e), Utf8::Require) => {
-            return Err(JsonError {
-                offset: e.valid_up_to(),
-                reason: NOT_UTF8,
-            })
-        }
-        (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
-    };
+    let text = decoded(line, utf8)?;
     object_of(Parser::new(text.as_bytes(), nested).parse()?)
+}
+
+/// `line` as text, as `utf8` asks (see [`Utf8`]).
+fn decoded(line: &[u8], utf8: Utf8) -> Result<std::borrow::Cow<'_, str>, JsonError> {
+    match (std::str::from_utf8(line), utf8) {
+        (Ok(s), _) => Ok(std::borrow::Cow::Borrowed(s)),
+        (Err(e), Utf8::Require) => Err(JsonError {
+            offset: e.valid_up_to(),
+            reason: NOT_UTF8,
+        }),
+        (Err(_), Utf8::Replace) => Ok(String::from_utf8_lossy(line)),
+    }
 }
 
 fn object_of(value: Value) -> Result<Map<String, Value>, JsonError> {
@@ -132,16 +135,7 @@ pub fn parse_object_spans(
     line: &[u8],
     utf8: Utf8,
 ) -> Result<(Map<String, Value>, super::json_view::Spanned<'_>), JsonError> {
-    let text = match (std::str::from_utf8(line), utf8) {
-        (Ok(s), _) => std::borrow::Cow::Borrowed(s),
-        (Err(e), Utf8::Require) => {
-            return Err(JsonError {
-                offset: e.valid_up_to(),
-                reason: NOT_UTF8,
-            })
-        }
-        (Err(_), Utf8::Replace) => String::from_utf8_lossy(line),
-    };
+    let text = decoded(line, utf8)?;
     let mut parser = Parser::new(text.as_bytes(), &[]);
     parser.rec = Some(Recorder::default());
     let value = parser.parse_in_place()?;
