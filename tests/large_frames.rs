@@ -10,6 +10,11 @@ use sessionfs::store::{Encoding, FrameCache, Transcript};
 /// A data frame of `rle_blocks` RLE blocks of 128 KiB of `a`, then a raw
 /// block holding `\n`; 8 MiB window, 8-byte content size, no checksum.
 fn rle_frame(rle_blocks: u32) -> (Vec<u8>, u64) {
+    rle_frame_ending(rle_blocks, b'\n')
+}
+
+/// As [`rle_frame`], its last byte `last`.
+fn rle_frame_ending(rle_blocks: u32, last_byte: u8) -> (Vec<u8>, u64) {
     let content = u64::from(rle_blocks) * 131_072 + 1;
     let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0xC0, 13 << 3];
     f.extend_from_slice(&content.to_le_bytes());
@@ -20,8 +25,38 @@ fn rle_frame(rle_blocks: u32) -> (Vec<u8>, u64) {
     }
     let last: u32 = 1 | (1 << 3);
     f.extend_from_slice(&last.to_le_bytes()[..3]);
-    f.push(b'\n');
+    f.push(last_byte);
     (f, content)
+}
+
+/// A large frame ending inside a line is corruption, as a small one is: a
+/// read that reaches its end fails, alone and with a frame after it (the
+/// fresh tester's 9 MiB frame was served, glued to the next line).
+#[test]
+fn a_large_frame_ending_inside_a_line_fails_the_read_that_reaches_its_end() {
+    let (frame, content) = rle_frame_ending(72, b'x'); // 9 MiB
+    let next = encode_frame(b"{\"type\":\"x\",\"seq\":0,\"time\":1,\"data\":{}}\n").unwrap();
+    for with_next in [false, true] {
+        let mut bytes = frame.clone();
+        if with_next {
+            bytes.extend_from_slice(&next);
+        }
+        let (_dir, t, header) = transcript_with(&bytes);
+        let end = header + content;
+        // Before the end: the bytes, as they are.
+        assert_eq!(t.read(header, 4096).unwrap().len(), 4096);
+        let mut offset = header;
+        let failed = loop {
+            match t.read(offset, 1 << 20) {
+                Ok(chunk) if chunk.is_empty() => break None,
+                Ok(chunk) => offset += chunk.len() as u64,
+                Err(e) => break Some(e),
+            }
+        };
+        let e = failed.unwrap_or_else(|| panic!("read to {offset} of {end} without an error"));
+        assert!(offset < end, "{e}: read to {offset}");
+        assert!(e.to_string().contains("ends inside a line"), "{e}");
+    }
 }
 
 fn transcript_with(frame: &[u8]) -> (tempfile::TempDir, Transcript, u64) {

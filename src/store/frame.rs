@@ -542,17 +542,21 @@ pub struct FrameCursor {
     key: (u64, usize),
     offset: u64,
     pos: u64,
+    /// The frame's decompressed length as indexed.
+    plain_len: u64,
     decoder: zstd::stream::read::Decoder<'static, io::BufReader<FrameSource>>,
 }
 
 impl FrameCursor {
-    /// A cursor at the start of the frame `info` of `file`; `key` names
-    /// the frame for the caller (transcript generation, frame number).
+    /// A cursor at the start of the frame `info` of `file`, indexed as
+    /// `plain_len` decompressed bytes; `key` names the frame for the
+    /// caller (transcript generation, frame number).
     ///
     /// Errors: [`FrameError::Corrupt`] when no decoder can be made.
     pub fn open(
         file: std::sync::Arc<File>,
         info: &FrameInfo,
+        plain_len: u64,
         key: (u64, usize),
     ) -> Result<FrameCursor, FrameError> {
         let source = FrameSource {
@@ -577,6 +581,7 @@ impl FrameCursor {
             key,
             offset: info.offset,
             pos: 0,
+            plain_len,
             decoder,
         })
     }
@@ -594,8 +599,13 @@ impl FrameCursor {
     /// Bytes `[from, to)` of the frame's content; `from` must not be before
     /// [`FrameCursor::pos`].
     ///
+    /// A read that reaches the frame's indexed end also checks the frame
+    /// as a whole, as a frame decoded whole is checked: it ends there (its
+    /// checksum verified) and ends a line (FORMAT.md: a complete frame
+    /// ending inside a line is corruption).
+    ///
     /// Errors: [`FrameError::Corrupt`] when decoding fails, the frame ends
-    /// early, or `from` is behind the cursor.
+    /// early or late or inside a line, or `from` is behind the cursor.
     pub fn read_range(&mut self, from: u64, to: u64) -> Result<Vec<u8>, FrameError> {
         let offset = self.offset;
         let corrupt = |reason: String| FrameError::Corrupt { offset, reason };
@@ -616,6 +626,17 @@ impl FrameCursor {
         self.pos += out.len() as u64;
         if self.pos < to {
             return Err(corrupt("frame decodes to fewer bytes than indexed".into()));
+        }
+        if to >= self.plain_len {
+            let mut more = [0u8; 1];
+            let n = std::io::Read::read(&mut self.decoder, &mut more)
+                .map_err(|e| corrupt(format!("frame failed validation: {e}")))?;
+            if n > 0 {
+                return Err(corrupt("frame decodes to more bytes than indexed".into()));
+            }
+            if out.last().is_some_and(|&b| b != b'\n') {
+                return Err(corrupt("complete frame ends inside a line".into()));
+            }
         }
         Ok(out)
     }

@@ -561,7 +561,7 @@ impl Transcript {
             _ => {
                 self.frames_decoded.fetch_add(1, Ordering::Relaxed);
                 FRAMES_DECODED.fetch_add(1, Ordering::Relaxed);
-                let c = FrameCursor::open(Arc::clone(file), &frame.info, key)
+                let c = FrameCursor::open(Arc::clone(file), &frame.info, frame.plain_len, key)
                     .map_err(|e| StoreError::from_frame(&self.path, e))?;
                 slot.insert(c)
             }
