@@ -209,55 +209,60 @@ impl ViewCatalog {
     /// each changed one to be looked at again by the next snapshot, which
     /// then revalidates at once. Returns how many were marked.
     pub fn sweep(&self, store: &Store) -> usize {
-        let seen: Vec<(OsString, OsString, u64, u64)> = {
-            let st = self.state.lock();
-            st.projects
-                .iter()
-                .flat_map(|(p, project)| {
-                    project
-                        .sessions
-                        .iter()
-                        .filter_map(move |(s, slot)| match slot {
-                            Slot::Seen {
-                                dev,
-                                ino,
-                                settled: true,
-                                ..
-                            } => Some((p.clone(), s.clone(), *dev, *ino)),
-                            _ => None,
-                        })
-                })
-                .collect()
-        };
         let file = store.encoding().file_name();
-        let changed: Vec<(OsString, OsString, u64, u64)> = seen
-            .into_iter()
-            .filter(|(p, s, dev, ino)| {
-                fs::symlink_metadata(store.root().join(p).join(s).join(file))
-                    .map_or(true, |m| (m.dev(), m.ino()) != (*dev, *ino))
-            })
-            .collect();
-        if changed.is_empty() {
-            return 0;
-        }
-        let mut st = self.state.lock();
+        let projects: Vec<OsString> = self.state.lock().projects.keys().cloned().collect();
         let mut marked = 0;
-        for (p, s, dev0, ino0) in &changed {
-            let slot = st
-                .projects
-                .get_mut(p)
-                .and_then(|project| project.sessions.get_mut(s));
-            if let Some(Slot::Seen {
-                dev, ino, settled, ..
-            }) = slot
-            {
-                if (*dev, *ino) == (*dev0, *ino0) {
-                    *settled = false;
-                    marked += 1;
+        // One project at a time: memory for one project's sessions, and
+        // the catalog held only to copy and to mark.
+        for p in projects {
+            let seen: Vec<(OsString, u64, u64)> = {
+                let st = self.state.lock();
+                let Some(project) = st.projects.get(&p) else {
+                    continue;
+                };
+                project
+                    .sessions
+                    .iter()
+                    .filter_map(|(s, slot)| match slot {
+                        Slot::Seen {
+                            dev,
+                            ino,
+                            settled: true,
+                            ..
+                        } => Some((s.clone(), *dev, *ino)),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            let dir = store.root().join(&p);
+            let changed: Vec<(OsString, u64, u64)> = seen
+                .into_iter()
+                .filter(|(s, dev, ino)| {
+                    fs::symlink_metadata(dir.join(s).join(file))
+                        .map_or(true, |m| (m.dev(), m.ino()) != (*dev, *ino))
+                })
+                .collect();
+            if changed.is_empty() {
+                continue;
+            }
+            let mut st = self.state.lock();
+            for (s, dev0, ino0) in &changed {
+                let slot = st
+                    .projects
+                    .get_mut(&p)
+                    .and_then(|pr| pr.sessions.get_mut(s));
+                if let Some(Slot::Seen {
+                    dev, ino, settled, ..
+                }) = slot
+                {
+                    if (*dev, *ino) == (*dev0, *ino0) {
+                        *settled = false;
+                        marked += 1;
+                    }
                 }
             }
+            st.stale |= marked > 0;
         }
-        st.stale |= marked > 0;
         marked
     }
 }
