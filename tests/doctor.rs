@@ -212,6 +212,59 @@ fn the_failed_frame_is_named_and_counted() {
     assert!(f["detail"].as_str().unwrap().starts_with("frame "), "{f}");
 }
 
+/// A frame whose window is larger than sessionfs decodes (16 MiB) but the
+/// reference reads (`zstd --long=27`): reported, never set aside, and the
+/// reference still loads the session after `--repair` (found by a fresh
+/// tester: the doctor called it unreadable and moved it to quarantine).
+#[test]
+fn a_frame_with_a_large_window_is_reported_not_set_aside() {
+    use std::io::Write;
+    let (tmp, root) = case_copy("normal");
+    let path = root.join(APP).join("Session-A/session.jsonl.zstd");
+    let before = fs::read(&path).unwrap();
+    let plain = zstd::decode_all(&before[..]).unwrap();
+    let last = String::from_utf8(plain).unwrap();
+    let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    let next = last["seq"].as_u64().unwrap() + 1;
+    let line = format!(
+        "{{\"type\":\"x-note\",\"seq\":{next},\"time\":1767614403999,\"data\":{{}},\"ignorable\":true}}\n"
+    );
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    enc.window_log(27).unwrap();
+    enc.include_checksum(true).unwrap();
+    enc.write_all(line.as_bytes()).unwrap();
+    let frame = enc.finish().unwrap();
+    let mut bytes = before.clone();
+    bytes.extend_from_slice(&frame);
+    fs::write(&path, &bytes).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    let kinds: Vec<(String, String)> = findings(&report, &root)
+        .into_iter()
+        .filter(|(_, p)| p.contains("Session-A/"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(
+            "window_too_large".to_string(),
+            format!("{APP}/Session-A/session.jsonl.zstd")
+        )],
+        "{report}"
+    );
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        bytes,
+        "the transcript stays as it was"
+    );
+    let oracle = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    let a = oracle["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "Session-A")
+        .unwrap();
+    assert_eq!(a["load"]["ok"], true, "{a}");
+}
+
 /// Every session the oracle finds with a transcript loads, except those
 /// refused only for content (`allowed_refusals`, by id).
 fn assert_oracle_loads(root: &Path, allowed_refusals: &[&str]) -> Value {

@@ -195,6 +195,10 @@ fn zstd_error(code: usize) -> io::Error {
     io::Error::other(zstd::zstd_safe::get_error_name(code))
 }
 
+/// How the reason of a frame refused for its window starts (see
+/// [`frame_error`]).
+pub const WINDOW_TOO_LARGE: &str = "frame needs a window larger than";
+
 /// Turns an error of a [`FrameReader`] into a [`FrameError`]: the file's
 /// own read errors stay I/O errors, everything else is corruption of the
 /// frame at `offset`.
@@ -208,7 +212,7 @@ pub fn frame_error(offset: u64, e: io::Error) -> FrameError {
     }
     let reason = if e.to_string().contains("Frame requires too much memory") {
         format!(
-            "frame needs a window larger than {} MiB, more than sessionfs decodes",
+            "{WINDOW_TOO_LARGE} {} MiB, more than sessionfs decodes",
             (1u64 << MAX_WINDOW_LOG) >> 20
         )
     } else {

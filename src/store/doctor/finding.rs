@@ -49,6 +49,10 @@ pub enum Kind {
     BadHeader,
     /// A complete frame that fails to decode or its checksum.
     CorruptFrame,
+    /// A frame that needs a larger decoding window than sessionfs allows
+    /// (16 MiB, to bound its memory); the reference's zstd reads windows
+    /// up to 128 MiB.
+    WindowTooLarge,
     /// Bytes that cannot be walked as frames, not a torn tail.
     Damaged,
     /// A skippable frame (the reference refuses it).
@@ -95,6 +99,7 @@ impl Kind {
             Kind::HeaderFrameHoldsEvents => "header_frame_holds_events",
             Kind::BadHeader => "bad_header",
             Kind::CorruptFrame => "corrupt_frame",
+            Kind::WindowTooLarge => "window_too_large",
             Kind::Damaged => "damaged",
             Kind::SkippableFrame => "skippable_frame",
             Kind::SplitLine => "split_line",
@@ -231,6 +236,10 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
             Kind::CwdRejected => {
                 "none needed here: load it on a system where its cwd is absolute".into()
             }
+            Kind::WindowTooLarge => "none needed for the harness, which reads it; to read it \
+                 through sessionfs, write its frames again with a window of at most 16 MiB \
+                 (zstd's own for levels up to 19, without --long)"
+                .into(),
             Kind::EventRefused => "no harness loads it as it is: committed events are never \
                  rewritten; fix the writer that wrote the event, and copy the session's other \
                  events into a new session if you need them loaded"
@@ -299,6 +308,10 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
         ),
         K::BadHeader => ("refuses the session (invalid header)", R::SetAside),
         K::CorruptFrame => ("reading fails (frame failed validation)", R::SetAside),
+        K::WindowTooLarge => (
+            "reads it (windows up to 128 MiB); sessionfs refuses frames of more than 16 MiB",
+            R::Report,
+        ),
         K::Damaged => ("reading fails (invalid frame magic)", R::SetAside),
         K::SkippableFrame => ("reading fails (skippable frame)", R::Repair),
         K::SplitLine => ("reading fails (a record split across frames)", R::SetAside),

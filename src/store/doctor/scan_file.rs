@@ -136,6 +136,16 @@ fn newline_run(bytes: &[u8]) -> usize {
 
 /// Scans the transcript at `path` (any name; `raw` says how to read it).
 /// Never fails: what cannot be read is a finding.
+/// The finding of a frame that fails to decode for `reason`: a window
+/// too large is not damage (the reference reads it).
+fn frame_kind(reason: &str) -> Kind {
+    if reason.starts_with(super::super::decode::WINDOW_TOO_LARGE) {
+        Kind::WindowTooLarge
+    } else {
+        Kind::CorruptFrame
+    }
+}
+
 pub fn scan_file(path: &Path, raw: bool) -> FileScan {
     let mut scan = FileScan {
         path: path.to_path_buf(),
@@ -363,7 +373,7 @@ fn scan_frames(
                     &mut frame_findings,
                     Finding::new(
                         &path,
-                        Kind::CorruptFrame,
+                        frame_kind(&reason),
                         format!("frame {data_frames}: {reason}"),
                     )
                     .at(offset),
@@ -406,7 +416,7 @@ fn scan_frames(
                 &mut frame_findings,
                 Finding::new(
                     &path,
-                    Kind::CorruptFrame,
+                    frame_kind(&reason),
                     format!("frame {data_frames}: {reason}"),
                 )
                 .at(offset),
