@@ -595,7 +595,9 @@ impl HolderInstant {
 
 /// State shared by a guard and its renewal thread.
 struct Shared {
-    file: File,
+    /// The lock file, open for renewals; closed before the holder unlinks
+    /// it (sshfs keeps a file unlinked while open as `.fuse_hidden…`).
+    file: Mutex<Option<File>>,
     body: Mutex<LockBody>,
     /// Start of the last successful renewal (or of the create).
     renewed: Mutex<HolderInstant>,
@@ -630,9 +632,13 @@ impl Shared {
         if len.is_some() {
             body.len = len;
         }
-        self.file.write_all_at(&body.encode(), 0)?;
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(file) = file.as_ref() else {
+            return Err(io::Error::other("the lock was released"));
+        };
+        file.write_all_at(&body.encode(), 0)?;
         if sync && self.protocol == CommitProtocol::Remote {
-            self.file.sync_data()?;
+            file.sync_data()?;
         }
         drop(body);
         *self.renewed.lock().unwrap_or_else(|p| p.into_inner()) = start;
@@ -671,7 +677,7 @@ impl LockGuard {
         takeover: Option<Takeover>,
     ) -> LockGuard {
         let shared = Arc::new(Shared {
-            file,
+            file: Mutex::new(Some(file)),
             body: Mutex::new(body),
             renewed: Mutex::new(created),
             stop: Mutex::new(false),
@@ -811,6 +817,15 @@ impl Drop for LockGuard {
             .clone();
         match look(&self.path, self.protocol) {
             Ok(Some(snap)) if snap.parsed().is_some_and(|b| b.token == ours) => {
+                // Closed first: unlinked while open, a network client
+                // may keep it under another name until the close.
+                drop(
+                    self.shared
+                        .file
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take(),
+                );
                 if let Err(e) = fs::remove_file(&self.path) {
                     log::warn!("{}: could not remove the lock: {e}", self.path.display());
                 }
