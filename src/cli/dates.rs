@@ -1,15 +1,8 @@
 //! Times as the CLI prints them: ISO 8601 in UTC, as JavaScript's
-//! `Date.prototype.toISOString` writes them (jiff does the calendar).
+//! `Date.prototype.toISOString` writes them (the calendar of
+//! [`crate::store::zone::civil`]).
 
 use std::time::{SystemTime, UNIX_EPOCH};
-
-use jiff::tz::Offset;
-use jiff::Timestamp;
-
-/// Milliseconds in 400 Gregorian years (146,097 days): the calendar
-/// repeats with this period, which extends jiff's range (years
-/// -9999..=9999) to every `i64` of milliseconds.
-const CYCLE_MS: i64 = 146_097 * 86_400_000;
 
 /// Milliseconds since the Unix epoch (negative before it, saturating).
 pub(super) fn system_time_ms(t: SystemTime) -> i64 {
@@ -23,14 +16,8 @@ pub(super) fn system_time_ms(t: SystemTime) -> i64 {
 /// JavaScript's `Date.prototype.toISOString` does
 /// (`2026-01-05T09:00:00.000Z`; years outside 0–9999 as `±YYYYYY`).
 pub fn format_utc_ms(ms: i64) -> String {
-    // Shift into the first 400-year cycle after the epoch, let jiff find
-    // the date there, and add the cycles back to the year.
-    let cycles = ms.div_euclid(CYCLE_MS);
-    let in_cycle = ms.rem_euclid(CYCLE_MS);
-    let ts = Timestamp::from_millisecond(in_cycle)
-        .expect("the first 400 years after 1970 are within jiff's range");
-    let dt = Offset::UTC.to_datetime(ts);
-    let year = i64::from(dt.year()) + cycles * 400;
+    let dt = crate::store::zone::civil(ms, &jiff::tz::TimeZone::UTC);
+    let year = dt.year;
     let year = if (0..=9999).contains(&year) {
         format!("{year:04}")
     } else if year < 0 {
@@ -40,12 +27,7 @@ pub fn format_utc_ms(ms: i64) -> String {
     };
     format!(
         "{year}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        dt.month(),
-        dt.day(),
-        dt.hour(),
-        dt.minute(),
-        dt.second(),
-        dt.millisecond()
+        dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.millisecond
     )
 }
 

@@ -12,6 +12,49 @@ use std::sync::OnceLock;
 
 use jiff::tz::TimeZone;
 
+/// Milliseconds in 400 Gregorian years (146,097 days): the calendar
+/// repeats with this period, which extends jiff's range (years
+/// -9999..=9999) to every `i64` of milliseconds.
+const CYCLE_MS: i64 = 146_097 * 86_400_000;
+
+/// A time's calendar date and clock time in a zone; `year` is not bound
+/// to four digits (JavaScript's dates reach ±275,760).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Civil {
+    pub year: i64,
+    pub month: i8,
+    pub day: i8,
+    pub hour: i8,
+    pub minute: i8,
+    pub second: i8,
+    pub millisecond: i16,
+}
+
+/// `ms` (milliseconds since the Unix epoch) in `zone`. A time outside
+/// jiff's range is shifted by whole 400-year cycles into the first cycle
+/// after the epoch, read there (with that date's offset in `zone`), and
+/// its year moved back by the cycles.
+pub fn civil(ms: i64, zone: &TimeZone) -> Civil {
+    let (ts, cycles) = match jiff::Timestamp::from_millisecond(ms) {
+        Ok(ts) => (ts, 0),
+        Err(_) => (
+            jiff::Timestamp::from_millisecond(ms.rem_euclid(CYCLE_MS))
+                .expect("the first 400 years after 1970 are within jiff's range"),
+            ms.div_euclid(CYCLE_MS),
+        ),
+    };
+    let z = ts.to_zoned_datetime(zone.clone());
+    Civil {
+        year: i64::from(z.year()) + cycles * 400,
+        month: z.month(),
+        day: z.day(),
+        hour: z.hour(),
+        minute: z.minute(),
+        second: z.second(),
+        millisecond: z.millisecond(),
+    }
+}
+
 /// glibc's rule for a POSIX `TZ` with a DST name but no rule.
 const GLIBC_DEFAULT_RULE: &str = "M3.2.0,M11.1.0";
 

@@ -9,7 +9,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use jiff::tz::TimeZone;
-use jiff::Timestamp;
 
 use super::facts::ViewFacts;
 use super::names::{cwd_components, fnv1a, link_name, short_id};
@@ -174,27 +173,26 @@ pub struct ViewSnapshot {
     trees: [OnceLock<ViewTree>; 3],
 }
 
-/// A creation time (milliseconds since the epoch) in `zone`; times
-/// outside jiff's range are clamped.
-fn zoned(ms: u64, zone: &TimeZone) -> jiff::ZonedDateTime {
-    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
-    let ts = Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
-        Timestamp::MIN
-    } else {
-        Timestamp::MAX
-    });
-    ts.to_zoned_datetime(zone.clone())
+/// A creation time (milliseconds since the epoch) in `zone`, every
+/// non-negative safe integer included ([`crate::store::zone::civil`]).
+fn zoned(ms: u64, zone: &TimeZone) -> crate::store::zone::Civil {
+    crate::store::zone::civil(i64::try_from(ms).unwrap_or(i64::MAX), zone)
+}
+
+/// A year as the views name it: four digits up to 9999, more after.
+fn year_name(year: i64) -> String {
+    format!("{year:04}")
 }
 
 /// A session's creation time as local date parts in `zone`:
-/// (`YYYY`, `MM`, `DD`, `HH-MM-SS`). Times outside jiff's range are clamped.
+/// (`YYYY`, `MM`, `DD`, `HH-MM-SS`).
 pub fn local_parts(ms: u64, zone: &TimeZone) -> (String, String, String, String) {
     let z = zoned(ms, zone);
     (
-        format!("{:04}", z.year()),
-        format!("{:02}", z.month()),
-        format!("{:02}", z.day()),
-        format!("{:02}-{:02}-{:02}", z.hour(), z.minute(), z.second()),
+        year_name(z.year),
+        format!("{:02}", z.month),
+        format!("{:02}", z.day),
+        format!("{:02}-{:02}-{:02}", z.hour, z.minute, z.second),
     )
 }
 
@@ -242,16 +240,13 @@ impl ViewSnapshot {
                     }
                 }
                 ViewKind::Date => {
-                    let mut by_day: BTreeMap<(i16, i8, i8), Vec<usize>> = BTreeMap::new();
+                    let mut by_day: BTreeMap<(i64, i8, i8), Vec<usize>> = BTreeMap::new();
                     for (i, s) in self.sessions.iter().enumerate() {
                         let z = zoned(s.created_at_ms, &self.zone);
-                        by_day
-                            .entry((z.year(), z.month(), z.day()))
-                            .or_default()
-                            .push(i);
+                        by_day.entry((z.year, z.month, z.day)).or_default().push(i);
                     }
                     for ((y, m, d), members) in by_day {
-                        let parts = vec![format!("{y:04}"), format!("{m:02}"), format!("{d:02}")];
+                        let parts = vec![year_name(y), format!("{m:02}"), format!("{d:02}")];
                         groups.insert(parts, members);
                     }
                 }
@@ -427,6 +422,25 @@ mod tests {
             sessions.sort_unstable();
             assert_eq!(sessions, [0, 1, 2], "{view:?}: {names:?}");
         }
+    }
+
+    /// Every safe createdAt has its own day, as the CLI's dates show it
+    /// (JavaScript: 8.64e15 ms is +275760-09-13T00:00:00.000Z); the views
+    /// clamped them to 9999-12-30 before.
+    #[test]
+    fn far_future_days_are_their_own() {
+        let snap = ViewSnapshot::build(
+            vec![
+                facts("a_11111111", Some("/"), 8_640_000_000_000_000, "t"),
+                facts("b_22222222", Some("/"), 9_007_199_254_740_991, "u"),
+            ],
+            &TimeZone::UTC,
+        );
+        let tree = snap.tree(ViewKind::Date);
+        assert!(tree.dir("275760/09/13").is_some());
+        let day = tree.dir("287396/10/12").unwrap();
+        let names: Vec<&str> = snap.links(ViewKind::Date, day).keys().collect();
+        assert_eq!(names, ["08-59-00 u 22222222"]);
     }
 
     #[test]
