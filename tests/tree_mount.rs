@@ -805,3 +805,45 @@ fn an_open_passthrough_file_replaced_on_disk_keeps_its_attributes() {
     drop(file);
     mount.stop();
 }
+
+/// An id and a cwd holding a lone UTF-16 surrogate, named as the reference
+/// names them (`~D800` in the directory names): the reference lists and
+/// loads the session, and the mount serves it, in the views too (found by
+/// a fresh tester: sessionfs took it for misplaced and answered EIO).
+#[test]
+fn lone_surrogates_in_id_and_cwd_name_the_session_as_the_reference_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dir = root.join("--x~DC00y--").join("~D800lone");
+    fs::create_dir_all(&dir).unwrap();
+    let header = r#"{"type":"session","version":0,"id":"\ud800lone","createdAt":1767603600000,"cwd":"/x\udc00y","delegationDepth":0}"#;
+    let event = r#"{"type":"x-note","seq":0,"time":1767603600001,"data":{},"ignorable":true}"#;
+    let mut bytes =
+        sessionfs::store::frame::encode_frame(format!("{header}\n").as_bytes()).unwrap();
+    bytes.extend(sessionfs::store::frame::encode_frame(format!("{event}\n").as_bytes()).unwrap());
+    fs::write(dir.join("session.jsonl.zstd"), &bytes).unwrap();
+
+    // The reference's verdict (its report names the id with a lone
+    // surrogate escape, which serde_json refuses: shown as U+FFFD here).
+    let out = common::oracle::node(
+        &common::oracle::oracle_dir().join("oracle.mjs"),
+        [root.as_os_str()],
+    );
+    let text = String::from_utf8(out.stdout)
+        .unwrap()
+        .replace("\\ud800", "\\ufffd")
+        .replace("\\udc00", "\\ufffd");
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let s = common::oracle::oracle_session(&report, "\u{FFFD}lone");
+    assert_eq!(s["load"]["ok"], true, "{s}");
+
+    let mount = Mount::start(&root, &[]);
+    let served = fs::read(mount.join("--x~DC00y--/~D800lone/session.jsonl")).unwrap();
+    assert_eq!(served, format!("{header}\n{event}\n").as_bytes());
+    let titles: Vec<String> = fs::read_dir(mount.join(".by-title"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(titles.len(), 1, "{titles:?}");
+    mount.stop();
+}

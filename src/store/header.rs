@@ -5,7 +5,8 @@
 
 use serde_json::{Map, Value};
 
-use super::json::{parse_object, Utf8};
+use super::json::{parse_object, parse_object_spans, string_units, Utf8};
+use super::json_view::Spanned;
 
 /// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
@@ -33,11 +34,48 @@ pub struct Header {
     pub cwd: Option<String>,
     /// Creation time, milliseconds since the Unix epoch (`createdAt`).
     pub created_at_ms: u64,
+    /// The UTF-16 code units of `id` and `cwd` as written, kept only when
+    /// one holds a lone surrogate (which `id` and `cwd` show as U+FFFD):
+    /// the names on disk derive from the units, as the reference's do.
+    pub units: Option<Box<HeaderUnits>>,
     /// The header object's members in their stored key order, as
     /// [`super::json::parse_object`] returns them: scalars as read, arrays
     /// and objects (only ever in keys the format does not define) as empty
     /// placeholders of their kind.
     pub fields: Map<String, Value>,
+}
+
+/// See [`Header::units`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HeaderUnits {
+    pub id: Option<Vec<u16>>,
+    pub cwd: Option<Vec<u16>>,
+}
+
+impl Header {
+    /// The session directory name the id derives (FORMAT.md, Session
+    /// directory), from the id's UTF-16 units.
+    ///
+    /// Errors: as [`super::naming::encode_id`].
+    pub fn session_dir_name(&self) -> super::error::Result<String> {
+        match self.units.as_ref().and_then(|u| u.id.as_deref()) {
+            Some(units) => super::naming::encode_id_units(units),
+            None => super::naming::encode_id(&self.id),
+        }
+    }
+
+    /// The project directory name the cwd derives (`_no-cwd` without one).
+    ///
+    /// Errors: as [`super::naming::project_dir_name`].
+    pub fn project_dir_name(&self) -> super::error::Result<String> {
+        match (
+            self.units.as_ref().and_then(|u| u.cwd.as_deref()),
+            &self.cwd,
+        ) {
+            (Some(units), Some(_)) => super::naming::project_key_units(units),
+            _ => super::naming::project_dir_name(self.cwd.as_deref()),
+        }
+    }
 }
 
 /// Why a line is not a valid header.
@@ -78,10 +116,39 @@ fn safe_non_negative_integer(value: Option<&Value>) -> Option<u64> {
 /// Errors: as [`header_from_fields`], and [`HeaderError::Invalid`] when the
 /// line is not one JSON object.
 pub fn parse_header(line: &[u8]) -> Result<Header, HeaderError> {
-    match parse_object(line, Utf8::Replace) {
-        Ok(fields) => header_from_fields(fields),
-        Err(e) => Err(HeaderError::Invalid(format!("header line is {e}"))),
+    if !may_hold_a_surrogate_escape(line) {
+        return match parse_object(line, Utf8::Replace) {
+            Ok(fields) => header_from_fields(fields),
+            Err(e) => Err(HeaderError::Invalid(format!("header line is {e}"))),
+        };
     }
+    let (fields, spanned) = parse_object_spans(line, Utf8::Replace)
+        .map_err(|e| HeaderError::Invalid(format!("header line is {e}")))?;
+    let mut header = header_from_fields(fields)?;
+    header.units = units_of(&header, &spanned);
+    Ok(header)
+}
+
+/// The [`Header::units`] of `header`, read from its line (`spanned`): the
+/// UTF-16 units of `id` and `cwd` where a replacement changed them (a
+/// lone surrogate escape), `None` when neither holds one.
+pub fn units_of(header: &Header, spanned: &Spanned) -> Option<Box<HeaderUnits>> {
+    let of = |key: &str, text: Option<&str>| {
+        let units = string_units(spanned.root().get(key)?.raw())?;
+        let shown: Vec<u16> = text?.encode_utf16().collect();
+        (units != shown).then_some(units)
+    };
+    let units = HeaderUnits {
+        id: of("id", Some(&header.id)),
+        cwd: of("cwd", header.cwd.as_deref()),
+    };
+    (units != HeaderUnits::default()).then(|| Box::new(units))
+}
+
+/// Whether `line` may hold a `\uD800`–`\uDFFF` escape (a surrogate).
+fn may_hold_a_surrogate_escape(line: &[u8]) -> bool {
+    line.windows(3)
+        .any(|w| w[0] == b'\\' && w[1] == b'u' && (w[2] | 0x20) == b'd')
 }
 
 /// Validates the members of a header line's object.
@@ -143,6 +210,7 @@ pub fn header_from_fields(fields: Map<String, Value>) -> Result<Header, HeaderEr
         id,
         cwd,
         created_at_ms,
+        units: None,
         fields,
     })
 }

@@ -629,6 +629,43 @@ pub fn string_literal(raw: &str) -> Option<String> {
     (parser.i == raw.len()).then_some(text)
 }
 
+/// The UTF-16 code units of the JSON string literal `raw` (its quotes
+/// included), as JavaScript holds the string: a lone surrogate escape
+/// stays the unit it names (where [`string_literal`] shows U+FFFD).
+/// `None` when `raw` is not one string literal.
+pub fn string_units(raw: &str) -> Option<Vec<u16>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let mut units = Vec::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            let mut buf = [0u16; 2];
+            units.extend_from_slice(c.encode_utf16(&mut buf));
+            continue;
+        }
+        let unit = match chars.next()? {
+            '"' => 0x22,
+            '\\' => 0x5C,
+            '/' => 0x2F,
+            'b' => 0x08,
+            'f' => 0x0C,
+            'n' => 0x0A,
+            'r' => 0x0D,
+            't' => 0x09,
+            'u' => {
+                let hex: String = chars.by_ref().take(4).collect();
+                if hex.len() != 4 {
+                    return None;
+                }
+                u16::from_str_radix(&hex, 16).ok()?
+            }
+            _ => return None,
+        };
+        units.push(unit);
+    }
+    Some(units)
+}
+
 /// The number of the JSON number literal `raw`, as `JSON.parse` reads it
 /// (see [`js_number`]); `None` when `raw` is not exactly one number.
 pub fn number_literal(raw: &str) -> Option<Value> {

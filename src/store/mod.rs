@@ -550,10 +550,9 @@ impl Store {
         session: &OsStr,
         path: &Path,
     ) -> Result<()> {
-        let (Ok(project_name), Ok(session_name)) = (
-            naming::project_dir_name(header.cwd.as_deref()),
-            naming::encode_id(&header.id),
-        ) else {
+        let (Ok(project_name), Ok(session_name)) =
+            (header.project_dir_name(), header.session_dir_name())
+        else {
             return Err(StoreError::header_less(
                 path,
                 "header id or cwd cannot name a storage path",

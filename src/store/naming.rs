@@ -36,6 +36,14 @@ fn push_escape(out: &mut String, unit: u16) {
 ///
 /// Errors: [`StoreError::InvalidName`] for an empty `cwd`.
 pub fn project_key(cwd: &str) -> Result<String> {
+    project_key_units(&cwd.encode_utf16().collect::<Vec<_>>())
+}
+
+/// [`project_key`] of a cwd given as UTF-16 code units (a lone surrogate
+/// included, as JavaScript strings may hold one).
+///
+/// Errors: as [`project_key`].
+pub fn project_key_units(cwd: &[u16]) -> Result<String> {
     if cwd.is_empty() {
         return Err(StoreError::InvalidName {
             name: String::new(),
@@ -44,7 +52,7 @@ pub fn project_key(cwd: &str) -> Result<String> {
     }
     let mut readable = String::with_capacity(cwd.len());
     let mut in_separator_run = false;
-    for unit in cwd.encode_utf16() {
+    for &unit in cwd {
         if matches!(unit, 0x2F | 0x5C | 0x3A) {
             if !in_separator_run {
                 readable.push('-');
@@ -93,16 +101,24 @@ pub fn is_project_dir_os(name: &std::ffi::OsStr) -> bool {
 ///
 /// Errors: [`StoreError::InvalidName`] for the empty id.
 pub fn encode_id(id: &str) -> Result<String> {
+    encode_id_units(&id.encode_utf16().collect::<Vec<_>>())
+}
+
+/// [`encode_id`] of an id given as UTF-16 code units (a lone surrogate
+/// becomes `~D800`, as the reference writes it).
+///
+/// Errors: as [`encode_id`].
+pub fn encode_id_units(id: &[u16]) -> Result<String> {
     match id {
-        "" => Err(StoreError::InvalidName {
+        [] => Err(StoreError::InvalidName {
             name: String::new(),
             reason: "the empty session id cannot be stored".into(),
         }),
-        "." => Ok("~002E".into()),
-        ".." => Ok("~002E~002E".into()),
+        [0x2E] => Ok("~002E".into()),
+        [0x2E, 0x2E] => Ok("~002E~002E".into()),
         _ => {
             let mut out = String::with_capacity(id.len());
-            for unit in id.encode_utf16() {
+            for &unit in id {
                 if is_safe_unit(unit) {
                     out.push(unit as u8 as char);
                 } else {

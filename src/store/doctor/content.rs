@@ -213,7 +213,8 @@ impl ContentCheck {
                 return;
             }
             match header_from_fields(map) {
-                Ok(h) => {
+                Ok(mut h) => {
+                    h.units = super::super::header::units_of(&h, &spanned);
                     if let Some(cwd) = h.cwd.as_deref() {
                         if !cwd.starts_with('/') {
                             self.note(Kind::CwdRejected, plain_offset, || {

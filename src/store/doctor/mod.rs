@@ -25,7 +25,6 @@ use std::time::SystemTime;
 pub use finding::{Finding, Kind, Remedy};
 pub use report::{Report, SessionResult, Status, Summary};
 
-use super::naming::{encode_id, project_dir_name};
 use super::transcript::Encoding;
 use layout::{walk_root, ConflictCopy};
 use scan_file::{scan_file, FileScan};
@@ -157,8 +156,7 @@ fn identity_findings(scan: &mut Scan) {
         if duplicates.contains(&f.path) {
             continue;
         }
-        let (Ok(project), Ok(session)) = (project_dir_name(h.cwd.as_deref()), encode_id(&h.id))
-        else {
+        let (Ok(project), Ok(session)) = (h.project_dir_name(), h.session_dir_name()) else {
             continue;
         };
         let expected = root.join(&project).join(&session);

@@ -483,10 +483,12 @@ fn move_home(run: &mut Run, scan: &Scan, transcript: &Path) -> std::io::Result<S
         .header
         .as_ref()
         .ok_or_else(|| std::io::Error::other("no header"))?;
-    let project = super::super::naming::project_dir_name(h.cwd.as_deref())
+    let project = h
+        .project_dir_name()
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let session =
-        super::super::naming::encode_id(&h.id).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let session = h
+        .session_dir_name()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     let dest = scan.root.join(&project).join(&session);
     let src = transcript
         .parent()
