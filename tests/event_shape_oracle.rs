@@ -456,6 +456,43 @@ fn cases() -> Vec<(&'static str, Value)> {
                 json!({}),
             ),
         ),
+        // Members the reference reads on every load (the third tester's).
+        (
+            "step/start data null",
+            event("step/start", json!(null), json!({})),
+        ),
+        (
+            "tool/call data null",
+            event("tool/call", json!(null), json!({})),
+        ),
+        (
+            "turn/end data null",
+            event("turn/end", json!(null), json!({})),
+        ),
+        (
+            "turn/start data null",
+            event("turn/start", json!(null), json!({})),
+        ),
+        (
+            "turn/start no turn",
+            event("turn/start", json!({}), json!({})),
+        ),
+        (
+            "turn/start turn 0",
+            event("turn/start", json!({"turn": 0}), json!({})),
+        ),
+        (
+            "turn/start turn string",
+            event("turn/start", json!({"turn": "1"}), json!({})),
+        ),
+        (
+            "step/end data null",
+            event("step/end", json!(null), json!({})),
+        ),
+        (
+            "step/start step",
+            event("step/start", json!({"turn": 1, "step": 1}), json!({})),
+        ),
         // The envelope (assertSessionEventEnvelope).
         ("envelope ok", event("goal/change", json!({}), json!({}))),
         (

@@ -120,6 +120,9 @@ fn checks(event: Val, data_members: Option<Val>) -> Option<String> {
         return Some(format!("it has an invalid event envelope: {why}"));
     }
     let data = event.get("data");
+    if let Some(why) = read_members(kind, data) {
+        return Some(format!("{kind} {why}"));
+    }
     if kind == "request/header" {
         if let Some(why) = request_header(data) {
             return Some(why);
@@ -172,6 +175,32 @@ fn envelope(event: Val, seq: Option<u64>) -> Option<String> {
     let ignorable = event.get("ignorable");
     if ignorable.is_some() && !is_true(ignorable) {
         return Some("ignorable is present and not true".into());
+    }
+    None
+}
+
+/// Event types whose `data` members the reference reads on every load
+/// (`interruptedTurnClosers`: `turn`, `step`, `callId`): a `data` that is
+/// not an object makes it throw.
+const MEMBERS_READ: &[&str] = &["turn/start", "step/start", "tool/call"];
+
+/// What the reference's load cannot read in `data` of an event of type
+/// `kind`: a `data` that is not an object (or array) for the
+/// [`MEMBERS_READ`] types, and a `turn/start` whose `turn` is not a safe
+/// integer of at least 1 (the reference closes an open turn with a
+/// `turn/end` of that turn, which its own check then refuses).
+fn read_members(kind: &str, data: Option<Val>) -> Option<String> {
+    if !MEMBERS_READ.contains(&kind) {
+        return None;
+    }
+    let Some(data) = object(data) else {
+        return Some("has a data that is not an object".into());
+    };
+    if kind == "turn/start" {
+        let turn = data.get("turn").and_then(|t| t.number());
+        if safe_integer(turn.as_ref()).is_none_or(|t| t < 1) {
+            return Some("needs a turn, a safe integer of at least 1".into());
+        }
     }
     None
 }

@@ -398,7 +398,8 @@ mod tests {
 
     #[test]
     fn seq_problems() {
-        let e = |s: u64| format!(r#"{{"type":"turn/start","seq":{s},"time":1,"data":{{}}}}"#);
+        let e =
+            |s: u64| format!(r#"{{"type":"turn/start","seq":{s},"time":1,"data":{{"turn":1}}}}"#);
         let (e0, e1, e2, e3) = (e(0), e(1), e(2), e(3));
         assert!(run(&[H, &e0, &e1]).is_empty());
         assert_eq!(run(&[H, &e0, &e2]), vec![Kind::SeqGap]);

@@ -659,7 +659,7 @@ mod tests {
     #[test]
     fn runs_of_empty_lines_are_judged_like_single_lines() {
         let h = "{\"type\":\"session\",\"version\":0,\"id\":\"a\",\"createdAt\":1,\"cwd\":\"/x\",\"delegationDepth\":0}";
-        let e = "{\"type\":\"turn/start\",\"seq\":0,\"time\":2,\"data\":{}}";
+        let e = "{\"type\":\"turn/start\",\"seq\":0,\"time\":2,\"data\":{\"turn\":1}}";
         for text in [
             format!("\n\n\n{h}\n{e}\n"),
             format!("{h}\n{}{e}\n\n\nx\n", "\n".repeat(37)),
@@ -705,7 +705,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("session.jsonl.zstd");
         let header = b"{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1767603700000,\"cwd\":\"/tmp/h\",\"delegationDepth\":0}\n";
-        let event = b"{\"type\":\"turn/start\",\"seq\":0,\"time\":1767603700001,\"data\":{}}\n";
+        let event =
+            b"{\"type\":\"turn/start\",\"seq\":0,\"time\":1767603700001,\"data\":{\"turn\":1}}\n";
         let mut bytes = encode_frame(header).unwrap();
         bytes.extend(encode_frame(event).unwrap());
         let prefix = bytes.len() as u64;
