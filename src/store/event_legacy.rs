@@ -19,12 +19,22 @@ pub enum Upgrade {
     Unknown,
 }
 
-fn safe_int(v: Option<&Value>) -> Option<i64> {
-    let v = v?;
-    let n = v
-        .as_i64()
-        .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))?;
-    (n.abs() <= 9_007_199_254_740_991).then_some(n)
+use super::lines::safe_integer as safe_int;
+
+/// Whether an event of type `kind` whose `data` record has the keys `has`
+/// tells of is of a shape [`upgrade`] upgrades or refuses (by its keys
+/// alone; `mode/set`, `steering/message` and `turn/end` always).
+pub fn legacy_shape(kind: &str, has: impl Fn(&str) -> bool) -> bool {
+    match kind {
+        "mode/set" | "steering/message" | "turn/end" => true,
+        "turn/start" => has("trigger"),
+        "user/message" => {
+            !has("id") && !has("role") && !has("message") && has("content") && has("source")
+        }
+        "assistant/message" => !has("message") && has("content") && has("provenance"),
+        "tool/result" => !has("message") && has("callId") && has("content") && has("isError"),
+        _ => false,
+    }
 }
 
 /// Only keys of `required` and `optional`, and every one of `required`.
@@ -49,7 +59,7 @@ pub fn upgrade(kind: &str, event: &Map<String, Value>, session: &str) -> Result<
     let malformed = |what: &str| Err(format!("it is a malformed pre-react-loop {what}"));
     match kind {
         "turn/start" => {
-            let Some(data) = data.filter(|d| d.contains_key("trigger")) else {
+            let Some(data) = data.filter(|d| legacy_shape(kind, |k| d.contains_key(k))) else {
                 return Ok(Upgrade::Same);
             };
             let trigger = data.get("trigger").and_then(Value::as_object);
@@ -158,25 +168,18 @@ fn message(
     data: Option<&Map<String, Value>>,
     session: &str,
 ) -> Result<Upgrade, String> {
-    let Some(data) = data else {
+    let Some(data) = data.filter(|d| legacy_shape(kind, |k| d.contains_key(k))) else {
         return Ok(Upgrade::Same);
     };
-    let has = |k: &str| data.contains_key(k);
     let id = legacy_id(session, &event["seq"]);
     let new_data = match kind {
         "user/message" => {
-            if has("id") || has("role") || has("message") || !has("content") || !has("source") {
-                return Ok(Upgrade::Same);
-            }
             let mut d = data.clone();
             d.insert("id".into(), id);
             d.insert("role".into(), "user".into());
             Value::Object(d)
         }
         "assistant/message" => {
-            if has("message") || !has("content") || !has("provenance") {
-                return Ok(Upgrade::Same);
-            }
             let mut d = data.clone();
             let content = d.remove("content").unwrap_or(Value::Null);
             let provenance = d.remove("provenance").unwrap_or(Value::Null);
@@ -189,9 +192,6 @@ fn message(
             Value::Object(d)
         }
         "tool/result" => {
-            if has("message") || !has("callId") || !has("content") || !has("isError") {
-                return Ok(Upgrade::Same);
-            }
             let replaces = event
                 .get("surfaceOp")
                 .and_then(Value::as_object)

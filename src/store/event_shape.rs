@@ -17,7 +17,7 @@
 
 use serde_json::Value;
 
-use super::event_legacy::{upgrade, Upgrade};
+use super::event_legacy::{legacy_shape, upgrade, Upgrade};
 use super::json::{parse_object_spans, Utf8};
 use super::json_view::{Spanned, Val};
 use super::lines::{is_row_type, safe_integer, safe_non_negative};
@@ -90,21 +90,10 @@ pub fn refusal(line: &Spanned) -> Option<String> {
 }
 
 /// Whether the reference may upgrade (or refuse to upgrade) `event` of
-/// type `kind` before its checks: the shapes of [`super::event_legacy`],
-/// told by their keys alone.
+/// type `kind` before its checks ([`super::event_legacy::legacy_shape`]).
 fn may_be_legacy(kind: &str, data: Option<Val>) -> bool {
     // A record only (an array has no members here either).
-    let has = |k: &str| data.is_some_and(|d| d.get(k).is_some());
-    match kind {
-        "mode/set" | "steering/message" | "turn/end" => true,
-        "turn/start" => has("trigger"),
-        "user/message" => {
-            !has("id") && !has("role") && !has("message") && has("content") && has("source")
-        }
-        "assistant/message" => !has("message") && has("content") && has("provenance"),
-        "tool/result" => !has("message") && has("callId") && has("content") && has("isError"),
-        _ => false,
-    }
+    legacy_shape(kind, |k| data.is_some_and(|d| d.get(k).is_some()))
 }
 
 /// The checks of one event as the reference makes them once it is
