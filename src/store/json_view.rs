@@ -94,12 +94,7 @@ impl<'l> Val<'l> {
     /// The text of member `m`'s key (`None` in an array).
     fn key_of(&self, m: &SpanMember) -> Option<Cow<'l, str>> {
         let (start, end) = m.key?;
-        let raw = &self.line.text[start..end];
-        if raw.contains('\\') {
-            string_literal(raw).map(Cow::Owned)
-        } else {
-            Some(Cow::Borrowed(&raw[1..raw.len() - 1]))
-        }
+        literal_text(&self.line.text[start..end])
     }
 
     /// The value of `key` in an object (the last of a repeated key, as
@@ -131,20 +126,25 @@ impl<'l> Val<'l> {
 
     /// The text of a string value; `None` for anything else.
     pub fn string(&self) -> Option<Cow<'l, str>> {
-        let raw = self.raw();
-        if !raw.starts_with('"') {
-            return None;
-        }
-        if !raw.contains('\\') {
-            return Some(Cow::Borrowed(&raw[1..raw.len() - 1]));
-        }
-        string_literal(raw).map(Cow::Owned)
+        literal_text(self.raw())
     }
 
     /// A number value as `JSON.parse` reads it; `None` for anything else.
     pub fn number(&self) -> Option<Value> {
         number_literal(self.raw())
     }
+}
+
+/// The text of the string literal `raw` (quotes included): borrowed when
+/// it holds no escape; `None` when `raw` is not a string.
+fn literal_text(raw: &str) -> Option<Cow<'_, str>> {
+    if !raw.starts_with('"') {
+        return None;
+    }
+    if !raw.contains('\\') {
+        return Some(Cow::Borrowed(&raw[1..raw.len() - 1]));
+    }
+    string_literal(raw).map(Cow::Owned)
 }
 
 #[cfg(test)]
