@@ -414,11 +414,7 @@ impl Transcript {
     /// which case the view is built again from the file.
     fn rebuilt_after_failure(&self, frame: &IndexedFrame) -> Result<bool> {
         let mut st = self.state.write();
-        let same = matches!(
-            super::frame::walk_frame(&*st.file, frame.info.offset, u64::MAX),
-            Ok(super::frame::Step::Frame(info)) if info == frame.info
-        );
-        if same {
+        if frame_intact(&st.file, &frame.info) {
             return Ok(false);
         }
         *st = build_state(
@@ -677,18 +673,24 @@ fn decoded_frame(
     })
 }
 
+/// Whether `file` still holds the frame `info` at its offset (its header
+/// walks to the same frame). One frame header read.
+fn frame_intact(file: &File, info: &super::frame::FrameInfo) -> bool {
+    matches!(
+        super::frame::walk_frame(file, info.offset, u64::MAX),
+        Ok(super::frame::Step::Frame(found)) if found == *info
+    )
+}
+
 /// Whether the file still holds what the view indexed: the last indexed
 /// frame walks to the same frame (zstd), or the view still ends a line
 /// (raw). Cheap: one frame header or one byte.
 fn prefix_intact(st: &State) -> bool {
     match &st.view {
-        View::Zstd(index) => match index.frames().last() {
-            Some(last) => matches!(
-                super::frame::walk_frame(&*st.file, last.info.offset, u64::MAX),
-                Ok(super::frame::Step::Frame(info)) if info == last.info
-            ),
-            None => true,
-        },
+        View::Zstd(index) => index
+            .frames()
+            .last()
+            .is_none_or(|last| frame_intact(&st.file, &last.info)),
         View::Raw { plain_len } if *plain_len > 0 => {
             let mut byte = [0u8; 1];
             st.file.read_exact_at(&mut byte, plain_len - 1).is_ok() && byte[0] == b'\n'
