@@ -124,15 +124,27 @@ pub fn parse_header(line: &[u8]) -> Result<Header, HeaderError> {
     }
     let (fields, spanned) = parse_object_spans(line, Utf8::Replace)
         .map_err(|e| HeaderError::Invalid(format!("header line is {e}")))?;
+    header_from_line(fields, &spanned)
+}
+
+/// As [`header_from_fields`], with [`Header::units`] read from the line's
+/// spans (for callers that scanned the line with
+/// [`super::json::parse_object_spans`]).
+///
+/// Errors: as [`header_from_fields`].
+pub fn header_from_line(
+    fields: Map<String, Value>,
+    spanned: &Spanned,
+) -> Result<Header, HeaderError> {
     let mut header = header_from_fields(fields)?;
-    header.units = units_of(&header, &spanned);
+    header.units = units_of(&header, spanned);
     Ok(header)
 }
 
 /// The [`Header::units`] of `header`, read from its line (`spanned`): the
 /// UTF-16 units of `id` and `cwd` where a replacement changed them (a
 /// lone surrogate escape), `None` when neither holds one.
-pub fn units_of(header: &Header, spanned: &Spanned) -> Option<Box<HeaderUnits>> {
+fn units_of(header: &Header, spanned: &Spanned) -> Option<Box<HeaderUnits>> {
     let of = |key: &str, text: Option<&str>| {
         let units = string_units(spanned.root().get(key)?.raw())?;
         let shown: Vec<u16> = text?.encode_utf16().collect();

@@ -16,8 +16,9 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::error::StoreError;
-use super::header::{header_from_fields, Header, HeaderError};
+use super::header::{header_from_fields, header_from_line, Header, HeaderError};
 use super::json::{parse_object, parse_object_keeping, parse_object_spans, Utf8};
+use super::json_view::Spanned;
 
 /// Largest integer a JavaScript number holds exactly (`Number.MAX_SAFE_INTEGER`).
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -247,7 +248,7 @@ pub(crate) fn is_row_type(tag: &str) -> bool {
 /// Errors: the reason, as a sentence fragment.
 pub fn parse_record(line: &[u8]) -> Result<Record, String> {
     let (map, spanned) = parse_object_spans(line, Utf8::Require).map_err(|e| e.to_string())?;
-    let record = record_from(map, line, Utf8::Require)?;
+    let record = record_from(map, Some(&spanned), line, Utf8::Require)?;
     if let Record::Event(_) = record {
         if let Some(why) = super::event_shape::refusal(&spanned) {
             return Err(format!(
@@ -272,16 +273,27 @@ pub fn read_record(line: &[u8]) -> Result<Record, String> {
 
 fn record_of(line: &[u8], utf8: Utf8) -> Result<Record, String> {
     let map = parse_object(line, utf8).map_err(|e| e.to_string())?;
-    record_from(map, line, utf8)
+    record_from(map, None, line, utf8)
 }
 
-/// As [`record_of`], from the line's top-level members `map`.
-fn record_from(map: Map<String, Value>, line: &[u8], utf8: Utf8) -> Result<Record, String> {
+/// As [`record_of`], from the line's top-level members `map` (and its
+/// spans when the caller scanned them: a header then keeps the UTF-16
+/// units of an id or cwd holding a lone surrogate, [`Header::units`]).
+fn record_from(
+    map: Map<String, Value>,
+    spanned: Option<&Spanned>,
+    line: &[u8],
+    utf8: Utf8,
+) -> Result<Record, String> {
     let Some(tag) = map.get("type").and_then(Value::as_str).map(str::to_owned) else {
         return Err("the record has no \"type\" string".into());
     };
     if tag == "session" {
-        return match header_from_fields(map) {
+        let header = match spanned {
+            Some(spanned) => header_from_line(map, spanned),
+            None => header_from_fields(map),
+        };
+        return match header {
             Ok(h) => Ok(Record::Header(Box::new(h))),
             Err(HeaderError::Invalid(why)) => Err(format!("invalid session header: {why}")),
             Err(HeaderError::UnsupportedVersion(why)) => Err(format!(

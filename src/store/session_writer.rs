@@ -27,7 +27,6 @@ use std::time::Duration;
 use super::append::{append_with_options, AppendOutcome, CommitOptions, TailHint};
 use super::error::{Result, StoreError};
 use super::lines::SeqCursor;
-use super::naming::{encode_id, project_dir_name};
 use super::publish::publish_session;
 use super::{Header, Store};
 
@@ -245,8 +244,8 @@ impl SessionWriter {
                 header.id
             ))),
             Target::Id { .. } => {
-                let project = project_dir_name(header.cwd.as_deref())?;
-                let session = encode_id(&header.id)?;
+                let project = header.project_dir_name()?;
+                let session = header.session_dir_name()?;
                 self.target = Target::Dir {
                     project: project.into(),
                     session: session.into(),

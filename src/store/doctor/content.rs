@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::super::event_shape;
-use super::super::header::{header_from_fields, Header, HeaderError};
+use super::super::header::{header_from_line, Header, HeaderError};
 use super::super::json::{parse_object, parse_object_spans, Utf8};
 use super::super::lines::{is_row_type, read_record, Record};
 use super::finding::Kind;
@@ -212,9 +212,8 @@ impl ContentCheck {
                 });
                 return;
             }
-            match header_from_fields(map) {
-                Ok(mut h) => {
-                    h.units = super::super::header::units_of(&h, &spanned);
+            match header_from_line(map, &spanned) {
+                Ok(h) => {
                     if let Some(cwd) = h.cwd.as_deref() {
                         if !cwd.starts_with('/') {
                             self.note(Kind::CwdRejected, plain_offset, || {
