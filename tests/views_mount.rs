@@ -657,3 +657,77 @@ fn each_user_sees_only_the_sessions_they_may_read() {
     assert!(ok && out.trim().parse::<u64>().unwrap() > 0, "{out}");
     mount.stop();
 }
+
+/// The table's count of held inodes, from `.sessionfs-status`.
+fn inodes_held(mount: &Path) -> u64 {
+    let status: Value =
+        serde_json::from_str(&fs::read_to_string(mount.join(".sessionfs-status")).unwrap())
+            .unwrap();
+    status["inodes"].as_u64().unwrap()
+}
+
+/// A link of a view or of `.by-id` is numbered by its session (issue 11:
+/// the daemon's memory): the number a listing shows is the one `lstat`
+/// gives, each link has its own, the mount holds no table entry for it
+/// (walking every link of the views and `.by-id` grows the table by their
+/// directories only), and a link keeps its number when the views change.
+#[test]
+fn a_link_is_numbered_by_its_session_and_held_without_an_entry() {
+    use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    let root = tempfile::tempdir().unwrap();
+    copy_tree(&corpus_dir().join("normal/root"), root.path());
+    let mount = mount_corpus(root.path(), &[]);
+    let held_before = inodes_held(mount.path());
+    let mut numbers: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    let mut dirs = 0u64;
+    let mut stack: Vec<PathBuf> = [".by-cwd", ".by-date", ".by-title", ".by-id"]
+        .iter()
+        .map(|v| mount.join(v))
+        .collect();
+    while let Some(dir) = stack.pop() {
+        dirs += 1;
+        for entry in fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let meta = fs::symlink_metadata(&path).unwrap();
+            assert!(meta.file_type().is_symlink(), "{path:?}");
+            assert_eq!(entry.ino(), meta.ino(), "{path:?}: listing and lstat agree");
+            let target = fs::read_link(&path).unwrap();
+            assert_eq!(meta.len(), target.as_os_str().len() as u64, "{path:?}");
+            if let Some(other) = numbers.insert(meta.ino(), path.clone()) {
+                panic!("{path:?} and {other:?} share number {}", meta.ino());
+            }
+        }
+    }
+    // 23 sessions in each of four places.
+    assert_eq!(numbers.len(), 4 * 23, "{numbers:?}");
+    let held_after = inodes_held(mount.path());
+    assert!(
+        held_after - held_before <= dirs,
+        "walking {} links and {dirs} directories held {} more inodes",
+        numbers.len(),
+        held_after - held_before
+    );
+    for path in numbers.values() {
+        assert!(path.join("session.jsonl").is_file(), "{path:?} resolves");
+    }
+    // A new session changes every view; the old links keep their numbers.
+    write_session(
+        root.path(),
+        "x_new12345",
+        common::CORPUS_APP_CWD,
+        1_767_700_000_000,
+        "Fresh session here.",
+    );
+    within_follow("appears in .by-title", || {
+        names(&mount.join(".by-title")).contains(&"Fresh session here new12345".to_string())
+    });
+    for (ino, path) in &numbers {
+        assert_eq!(fs::symlink_metadata(path).unwrap().ino(), *ino, "{path:?}");
+    }
+    mount.stop();
+}

@@ -364,7 +364,7 @@ impl SessionFs {
     /// a directory inside a view (its top shows the root's times instead).
     fn listing_follows_mtime(&self, ino: u64) -> bool {
         matches!(
-            self.inodes.node(ino),
+            self.table_node(ino),
             Some((_, Node::ViewDir { rel, .. })) if !rel.is_empty()
         )
     }
@@ -396,8 +396,26 @@ impl SessionFs {
         &self.store
     }
 
+    /// The node the table records for `ino`, and for a `.by-id` link's
+    /// number (held without an entry, [`super::inode::by_id_key_of`]) the
+    /// session directory of its key as the store's catalog has it now.
+    fn table_node(&self, ino: u64) -> Option<(PathBuf, Node)> {
+        let Some(key) = super::inode::by_id_key_of(ino) else {
+            return self.inodes.node(ino);
+        };
+        let (project, session) = match self.store.session_dir_of_key(key) {
+            Ok(found) => found?,
+            Err(e) => {
+                log::warn!("{}: {e}", BY_ID_DIR);
+                return None;
+            }
+        };
+        let path = Path::new(BY_ID_DIR).join(&session);
+        Some((path, Node::ByIdLink { project, session }))
+    }
+
     pub(super) fn node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
-        let (path, node) = self.inodes.node(ino).ok_or(FsError::NoEntry)?;
+        let (path, node) = self.table_node(ino).ok_or(FsError::NoEntry)?;
         let Node::Passthrough { rel } = &node else {
             return Ok((path, node));
         };
@@ -437,7 +455,7 @@ impl SessionFs {
     /// passed-through entry's name still names its file (getattr, whose
     /// answer may come from a held descriptor).
     pub(super) fn recorded_node(&self, ino: u64) -> FsResult<(PathBuf, Node)> {
-        self.inodes.node(ino).ok_or(FsError::NoEntry)
+        self.table_node(ino).ok_or(FsError::NoEntry)
     }
 
     /// Whether the passed-through entry `rel` names the file numbered
@@ -481,7 +499,7 @@ impl SessionFs {
     /// Whether `ino` is `.by-id` or a directory of a `.by-*` view.
     fn is_view_dir(&self, ino: u64) -> bool {
         matches!(
-            self.inodes.node(ino),
+            self.table_node(ino),
             Some((_, Node::ById | Node::ViewDir { .. }))
         )
     }
@@ -685,7 +703,7 @@ impl SessionFs {
         let node = if self.is_per_user(parent) {
             None
         } else {
-            self.inodes.node(parent).map(|(_, node)| node)
+            self.table_node(parent).map(|(_, node)| node)
         };
         ListedAttrs {
             parent,
@@ -712,6 +730,10 @@ impl SessionFs {
                     self.root_dev,
                 ))
             }
+            Node::ViewLink { view, key } => Ok(super::inode::view_link_ino(*view, *key)),
+            Node::ByIdLink { project, session } => Ok(super::inode::by_id_link_ino(
+                crate::store::hash::session_key(project.as_bytes(), session.as_bytes()),
+            )),
             _ => Ok(derived),
         }
     }
@@ -719,7 +741,7 @@ impl SessionFs {
     /// The kernel forgot `n` lookups of `ino` (`forget`, `batch_forget`).
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
-        if self.inodes.node(ino).is_none() {
+        if self.table_node(ino).is_none() {
             self.drop_listings(ino);
         }
     }
@@ -1249,14 +1271,16 @@ impl SessionFs {
         // views are never renamed or linked: their number is always the
         // derived one (`ino_of`), so the table is not asked.
         let derived_only = matches!(node, Node::ViewDir { .. } | Node::ById);
-        let mut add = |name: OsString, kind: Kind| {
-            let ino = if derived_only {
-                child_ino(ino, &name)
-            } else {
-                self.inodes.listed(ino, &name)
+        // `known`: a number the entry carries (a view link's).
+        let mut add_numbered = |name: OsString, kind: Kind, known: Option<u64>| {
+            let ino = match known {
+                Some(known) => known,
+                None if derived_only => child_ino(ino, &name),
+                None => self.inodes.listed(ino, &name),
             };
             entries.push(DirEntry { ino, kind, name });
         };
+        let mut add = |name: OsString, kind: Kind| add_numbered(name, kind, None);
         match node {
             Node::Root => {
                 add(BY_ID_DIR.into(), Kind::Dir);
@@ -1271,8 +1295,8 @@ impl SessionFs {
             }
             Node::ViewDir { view, rel } => {
                 let visible = |f: &ViewFacts| self.visible_to(caller, &f.project, &f.session);
-                for (name, kind) in self.view_list(view, &rel, &visible)? {
-                    add(name.into(), kind);
+                for (name, kind, link_ino) in self.view_list(view, &rel, &visible)? {
+                    add_numbered(name.into(), kind, link_ino);
                 }
             }
             Node::ById => {
@@ -1280,7 +1304,9 @@ impl SessionFs {
                     if !self.visible_to(caller, &project, &session) {
                         continue;
                     }
-                    add(name, Kind::Symlink);
+                    let key =
+                        crate::store::hash::session_key(project.as_bytes(), session.as_bytes());
+                    add_numbered(name, Kind::Symlink, Some(super::inode::by_id_link_ino(key)));
                 }
             }
             Node::Project { project } => {
@@ -1343,7 +1369,7 @@ impl SessionFs {
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
         match self.node(ino)?.1 {
             Node::ByIdLink { project, session } => Ok(by_id_target(&project, &session).into_vec()),
-            Node::ViewLink { view, rel } => self.view_target(view, &rel),
+            Node::ViewLink { view, key } => self.view_target(view, key),
             Node::Passthrough { rel } => {
                 let path = self.store.backing_path(&rel);
                 let target =

@@ -42,10 +42,12 @@ pub enum Node {
         view: crate::store::views::ViewKind,
         rel: String,
     },
-    /// A link of a view (`rel`: its path inside the view).
+    /// A link of a view to the session of [`ViewFacts::key`] `key`
+    /// (`crate::store::views::ViewFacts::key`). Its inode number holds
+    /// both ([`view_link_ino`]), so the table keeps no entry for it.
     ViewLink {
         view: crate::store::views::ViewKind,
-        rel: String,
+        key: u64,
     },
     /// A project directory.
     Project { project: OsString },
@@ -98,8 +100,6 @@ enum Stored {
     /// others, so that the 60,000 view entries of 20,000 sessions cost no
     /// allocation of their own (issue 11).
     ViewDir(crate::store::views::ViewKind),
-    /// A view's link, rebuilt from its path as [`Stored::ViewDir`].
-    ViewLink(crate::store::views::ViewKind),
     /// A view node whose path inside the view is not so derived: kept
     /// whole in `Tables::odd`.
     View,
@@ -143,9 +143,6 @@ impl Stored {
         match node {
             Node::ViewDir { view, rel } if view_rel(path) == Some(rel.as_str()) => {
                 Stored::ViewDir(*view)
-            }
-            Node::ViewLink { view, rel } if view_rel(path) == Some(rel.as_str()) => {
-                Stored::ViewLink(*view)
             }
             Node::Root => Stored::Root,
             Node::ById => Stored::ById,
@@ -201,10 +198,6 @@ impl Stored {
                 view: *view,
                 rel: view_rel(path).unwrap_or_default().to_string(),
             },
-            Stored::ViewLink(view) => Node::ViewLink {
-                view: *view,
-                rel: view_rel(path).unwrap_or_default().to_string(),
-            },
             Stored::View => odd.cloned().unwrap_or(Node::Root),
             Stored::Passthrough => Node::Passthrough {
                 rel: path.to_path_buf(),
@@ -226,9 +219,60 @@ pub fn child_ino(parent: u64, name: &OsStr) -> u64 {
     derived_ino(parent, name.as_bytes())
 }
 
-/// A hash of `(seed, bytes)` with [`PATH_DERIVED`] set.
+/// A hash of `(seed, bytes)` with [`PATH_DERIVED`] set and
+/// [`VIEW_LINK`]'s second bit clear (never a view link's number).
 fn derived_ino(seed: u64, bytes: &[u8]) -> u64 {
-    crate::store::hash::seeded(seed, bytes) | PATH_DERIVED
+    (crate::store::hash::seeded(seed, bytes) & !(1 << 62)) | PATH_DERIVED
+}
+
+/// The two top bits set: a keyed link's number ([`view_link_ino`],
+/// [`by_id_link_ino`]); no other number has both ([`derived_ino`] clears
+/// the second, a backing number has neither).
+const KEYED: u64 = 0b11 << 62;
+
+/// Bits 60-61 of a keyed number that name a `.by-id` link (0-2 name a
+/// view, [`crate::store::views::ViewKind::index`]).
+const BY_ID_LINK: u64 = 3;
+
+const KEY_BITS: u32 = crate::store::hash::SESSION_KEY_BITS;
+
+/// A keyed number: [`KEYED`], `what` in bits 60-61, the session key
+/// ([`crate::store::hash::session_key`], 60 bits) below.
+fn keyed_ino(what: u64, key: u64) -> u64 {
+    KEYED | (what << KEY_BITS) | (key & ((1 << KEY_BITS) - 1))
+}
+
+/// `(what, key)` of a keyed number ([`keyed_ino`]).
+fn keyed_of(ino: u64) -> Option<(u64, u64)> {
+    (ino & KEYED == KEYED).then_some(((ino >> KEY_BITS) & 0b11, ino & ((1 << KEY_BITS) - 1)))
+}
+
+/// The inode number of the link of `view` to the session of key `key`.
+/// The same in every snapshot of the views, whatever the link's name or
+/// directory, so the 60,000 links of 20,000 sessions are answered without
+/// a table entry each (issue 11: the daemon's memory).
+pub fn view_link_ino(view: crate::store::views::ViewKind, key: u64) -> u64 {
+    keyed_ino(view.index() as u64, key)
+}
+
+/// The view link numbered `ino`, if it is one ([`view_link_ino`]).
+pub fn view_link_of(ino: u64) -> Option<Node> {
+    let (what, key) = keyed_of(ino)?;
+    let view = crate::store::views::ViewKind::from_index(what as usize)?;
+    Some(Node::ViewLink { view, key })
+}
+
+/// The inode number of the `.by-id` link to the session of key `key`,
+/// held without a table entry like a view link's; the store finds the
+/// session again by its key (`Store::session_dir_of_key`).
+pub fn by_id_link_ino(key: u64) -> u64 {
+    keyed_ino(BY_ID_LINK, key)
+}
+
+/// The session key of the `.by-id` link numbered `ino`, if it is one
+/// ([`by_id_link_ino`]).
+pub fn by_id_key_of(ino: u64) -> Option<u64> {
+    keyed_of(ino).and_then(|(what, key)| (what == BY_ID_LINK).then_some(key))
 }
 
 /// The inode number of a passed-through entry whose backing file has
@@ -512,6 +556,9 @@ impl InodeTable {
     /// hard link, or a rename made outside the mount) now answers at this
     /// one too.
     pub fn looked_up(&self, parent: u64, path: &Path, node: &Node, ino: u64) -> u64 {
+        if keyed_of(ino).is_some() {
+            return ino; // its number holds the node: nothing to keep
+        }
         let name = path.file_name().unwrap_or_default().as_bytes();
         let (stored, extra) = Stored::of(node, path);
         let mut t = self.inner.write();
@@ -576,7 +623,14 @@ impl InodeTable {
     }
 
     /// The mount path and node of an inode number the kernel holds.
+    /// A view link's node comes from its number; its path is its view's
+    /// directory (a link has no path of its own here). A `.by-id` link's
+    /// number is not answered here: its session is the store's to find
+    /// ([`by_id_key_of`]).
     pub fn node(&self, ino: u64) -> Option<(PathBuf, Node)> {
+        if let Some(node @ Node::ViewLink { view, .. }) = view_link_of(ino) {
+            return Some((PathBuf::from(view.dir_name()), node));
+        }
         let t = self.inner.read();
         let path = t.path(ino)?;
         let e = t.entries.get(&ino)?;
@@ -856,10 +910,6 @@ mod tests {
                 view,
                 rel: "2025/07".into(),
             };
-            let link = Node::ViewLink {
-                view,
-                rel: "2025/07/a b".into(),
-            };
             let top = Node::ViewDir {
                 view,
                 rel: String::new(),
@@ -870,14 +920,9 @@ mod tests {
             };
             let name = format!("v{view:?}");
             let mut parent = ROOT_INO;
-            for (i, (rel, node)) in [
-                ("", &top),
-                ("/2025", &mid),
-                ("/2025/07", &dir),
-                ("/2025/07/a b", &link),
-            ]
-            .into_iter()
-            .enumerate()
+            for (i, (rel, node)) in [("", &top), ("/2025", &mid), ("/2025/07", &dir)]
+                .into_iter()
+                .enumerate()
             {
                 let path = PathBuf::from(format!("{name}{rel}"));
                 let ino = t.looked_up(parent, &path, node, 500 + i as u64 + 10 * view as u64);
@@ -887,13 +932,44 @@ mod tests {
         }
         // A node whose path inside the view is not its mount path's tail
         // is kept whole.
-        let odd = Node::ViewLink {
+        let odd = Node::ViewDir {
             view: ViewKind::Date,
             rel: "elsewhere".into(),
         };
         let v = t.looked_up(ROOT_INO, Path::new("v"), &odd, 899);
         let ino = t.looked_up(v, Path::new("v/x"), &odd, 900);
         assert_eq!(t.node(ino).unwrap().1, odd);
+    }
+
+    #[test]
+    fn a_view_link_is_answered_from_its_number_and_never_held() {
+        use crate::store::views::ViewKind;
+        let t = InodeTable::default();
+        let before = t.count();
+        let mut seen = std::collections::HashSet::new();
+        for view in ViewKind::ALL {
+            for key in [0, 1, (1 << 60) - 1, 0x0123_4567_89ab_cdef] {
+                let ino = view_link_ino(view, key);
+                let node = Node::ViewLink {
+                    view,
+                    key: key & ((1 << 60) - 1),
+                };
+                assert!(seen.insert(ino), "{view:?} {key:x}: one number each");
+                assert_eq!(t.looked_up(ROOT_INO, Path::new("x"), &node, ino), ino);
+                assert_eq!(
+                    t.node(ino),
+                    Some((PathBuf::from(view.dir_name()), node.clone()))
+                );
+                t.forget(ino, 1);
+            }
+        }
+        assert_eq!(t.count(), before, "no entry was made");
+        // No other number reads as a view link.
+        for name in ["a", "b", ".by-date", "session.jsonl"] {
+            assert_eq!(view_link_of(child_ino(ROOT_INO, OsStr::new(name))), None);
+        }
+        assert_eq!(view_link_of(backing_ino(3 << 62, 9, 5, 7)), None);
+        assert_eq!(view_link_of(ROOT_INO), None);
     }
 
     #[test]

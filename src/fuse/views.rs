@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::fs::{Attr, FsError, FsResult, Kind, SessionFs};
-use super::inode::Node;
+use super::inode::{view_link_ino, Node};
 use crate::store::views::{ViewFacts, ViewKind};
 use crate::store::StoreError;
 
@@ -53,19 +53,20 @@ impl SessionFs {
         let rel = join(rel, name);
         if dir.subdirs.contains(name) && tree.shows_any(&rel, &snap.sessions, visible) {
             Ok(Node::ViewDir { view, rel })
-        } else if snap
-            .links(view, dir)
-            .get(name)
-            .is_some_and(|&i| visible(&snap.sessions[i]))
-        {
-            Ok(Node::ViewLink { view, rel })
+        } else if let Some(&i) = snap.links(view, dir).get(name) {
+            let s = &snap.sessions[i];
+            if !visible(s) {
+                return Err(FsError::NoEntry);
+            }
+            Ok(Node::ViewLink { view, key: s.key() })
         } else {
             Err(FsError::NoEntry)
         }
     }
 
     /// The entries of the view directory `rel` of `view` as (name, kind,
-    /// node), as a caller who sees the sessions `visible` accepts.
+    /// inode number of a link: [`view_link_ino`]; `None` for a directory),
+    /// as a caller who sees the sessions `visible` accepts.
     ///
     /// Errors: ENOENT when the directory is gone.
     pub(super) fn view_list(
@@ -73,33 +74,35 @@ impl SessionFs {
         view: ViewKind,
         rel: &str,
         visible: Visible,
-    ) -> FsResult<Vec<(String, Kind)>> {
+    ) -> FsResult<Vec<(String, Kind, Option<u64>)>> {
         let snap = self.views.snapshot(&self.store)?;
         let tree = snap.tree(view);
         let dir = tree.dir(rel).ok_or(FsError::NoEntry)?;
         let mut out = Vec::with_capacity(dir.subdirs.len() + dir.members.len());
         for name in &dir.subdirs {
             if tree.shows_any(&join(rel, name), &snap.sessions, visible) {
-                out.push((name.clone(), Kind::Dir));
+                out.push((name.clone(), Kind::Dir, None));
             }
         }
         for (name, &i) in snap.links(view, dir) {
-            if visible(&snap.sessions[i]) {
-                out.push((name.to_string(), Kind::Symlink));
+            let s = &snap.sessions[i];
+            if visible(s) {
+                let ino = view_link_ino(view, s.key());
+                out.push((name.to_string(), Kind::Symlink, Some(ino)));
             }
         }
         Ok(out)
     }
 
-    /// The target of the view link `rel` of `view`: as many `../` as the
-    /// link is deep, then `<project>/<session>`.
+    /// The target of the link of `view` to the session of key `key`: as
+    /// many `../` as the link is deep, then `<project>/<session>`.
     ///
-    /// Errors: ENOENT when the link is gone.
-    pub(super) fn view_target(&self, view: ViewKind, rel: &str) -> FsResult<Vec<u8>> {
+    /// Errors: ENOENT when the session is no longer shown.
+    pub(super) fn view_target(&self, view: ViewKind, key: u64) -> FsResult<Vec<u8>> {
         let snap = self.views.snapshot(&self.store)?;
-        let i = snap.link(view, rel).ok_or(FsError::NoEntry)?;
+        let i = snap.session_by_key(key).ok_or(FsError::NoEntry)?;
         let s = &snap.sessions[i];
-        let depth = 1 + rel.matches('/').count();
+        let depth = snap.link_depth(view, i);
         let mut target = b"../".repeat(depth);
         target.extend_from_slice(s.project.as_bytes());
         target.push(b'/');
@@ -129,8 +132,8 @@ impl SessionFs {
                 }
                 Ok(a)
             }
-            Node::ViewLink { view, rel } => {
-                let target = self.view_target(*view, rel)?;
+            Node::ViewLink { view, key } => {
+                let target = self.view_target(*view, *key)?;
                 let session_dir = Path::new(OsStr::from_bytes(&target))
                     .components()
                     .filter(|c| matches!(c, std::path::Component::Normal(_)))

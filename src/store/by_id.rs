@@ -48,6 +48,9 @@ pub(crate) struct IdIndex {
     header_ids: Vec<(u32, String)>,
     /// `(hash of an id's body, dirs index, which id)`: sorted.
     by_body: Vec<(u64, u32, Which)>,
+    /// `(session key, dirs index)`: sorted
+    /// ([`super::hash::session_key`]).
+    by_key: Vec<(u64, u32)>,
 }
 
 /// Which id of a directory a row of [`IdIndex::by_body`] stands for.
@@ -201,6 +204,35 @@ impl Store {
             .collect())
     }
 
+    /// The session directory of `.by-id` whose
+    /// [`super::hash::session_key`] is `key` (the number of a `.by-id` link
+    /// the kernel holds), as of the catalog's latest generation; `None`
+    /// when no session directory of the catalog has it any more. Two
+    /// directories of one key (a 60-bit hash) answer the first.
+    ///
+    /// Errors: [`StoreError::Io`] when the root cannot be listed.
+    pub fn session_dir_of_key(&self, key: u64) -> Result<Option<(OsString, OsString)>> {
+        self.with_id_index(|index| {
+            let at = index.by_key.partition_point(|&(k, _)| k < key);
+            let &(k, i) = index.by_key.get(at)?;
+            let (project, session) = index.dirs.get(i as usize).filter(|_| k == key)?;
+            Some((index.projects[*project as usize].clone(), session.clone()))
+        })
+    }
+
+    /// `f` of the id index of the catalog's latest generation (built
+    /// again when the generation moved).
+    ///
+    /// Errors: [`StoreError::Io`] when the root cannot be listed.
+    fn with_id_index<R>(&self, f: impl FnOnce(&IdIndex) -> R) -> Result<R> {
+        let generation = self.discovery().generation()?;
+        let mut cached = self.id_index.lock();
+        if cached.as_ref().map(|(g, _)| *g) != Some(generation) {
+            *cached = Some((generation, self.build_id_index()?));
+        }
+        Ok(f(&cached.as_ref().expect("just built").1))
+    }
+
     /// The session directory that the id `wanted` names (the one rule of
     /// `.by-id`, `locate` and the API): the exact id first, then the only
     /// id sharing its body (IDENTITY.md §2). Not validated.
@@ -211,17 +243,11 @@ impl Store {
         &self,
         wanted: &str,
     ) -> std::result::Result<(OsString, OsString), FindError> {
-        let generation = self.discovery().generation()?;
-        let mut candidates: Vec<(String, SessionDir)> = {
-            let mut cached = self.id_index.lock();
-            if cached.as_ref().map(|(g, _)| *g) != Some(generation) {
-                *cached = Some((generation, self.build_id_index()?));
-            }
-            let index = &cached.as_ref().expect("just built").1;
+        let mut candidates: Vec<(String, SessionDir)> = self.with_id_index(|index| {
             let mut found = index.candidates(wanted);
             found.retain(|(id, _)| id == wanted || ids_match(id, wanted));
             found
-        };
+        })?;
         // One candidate per directory (an undecodable name may match by
         // its name and by its header id).
         candidates.dedup_by(|a, b| a.1 == b.1);
@@ -255,9 +281,12 @@ impl Store {
                     index.header_ids.push((i, header_id));
                 }
             }
+            let key = super::hash::session_key(d.project.as_bytes(), d.session.as_bytes());
+            index.by_key.push((key, i));
             index.dirs.push((project, d.session));
         }
         index.by_body.sort_unstable();
+        index.by_key.sort_unstable();
         index.dirs.shrink_to_fit();
         Ok(index)
     }

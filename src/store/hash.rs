@@ -27,6 +27,18 @@ pub fn pair(first: &[u8], second: &[u8]) -> u64 {
     seeded(of(first), second)
 }
 
+/// Bits of a [`session_key`]: the rest of a keyed inode number names what
+/// links to the session (`fuse/inode.rs`).
+pub const SESSION_KEY_BITS: u32 = 60;
+
+/// A number for session directory `session` of project directory
+/// `project` ([`SESSION_KEY_BITS`] bits of their [`pair`] hash): the same
+/// in every catalog and view snapshot, so a `.by-id` or view link keeps
+/// its inode number while its session is there.
+pub fn session_key(project: &[u8], session: &[u8]) -> u64 {
+    pair(project, session) & ((1 << SESSION_KEY_BITS) - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use super::super::title::{self, TitleScan};
@@ -26,6 +27,13 @@ pub struct ViewFacts {
     pub created_at_ms: u64,
     /// The title ([`crate::store::title`]); empty when there is none.
     pub title: Box<str>,
+}
+
+impl ViewFacts {
+    /// The session's [`crate::store::hash::session_key`].
+    pub fn key(&self) -> u64 {
+        crate::store::hash::session_key(self.project.as_bytes(), self.session.as_bytes())
+    }
 }
 
 /// Shares project names and cwds between the [`ViewFacts`] of one

@@ -46,6 +46,20 @@ impl ViewKind {
             .into_iter()
             .find(|v| v.dir_name().as_bytes() == name)
     }
+
+    /// Its place in [`ViewKind::ALL`] (0, 1 or 2).
+    pub fn index(self) -> usize {
+        match self {
+            ViewKind::Cwd => 0,
+            ViewKind::Date => 1,
+            ViewKind::Title => 2,
+        }
+    }
+
+    /// The view at place `index` of [`ViewKind::ALL`].
+    pub fn from_index(index: usize) -> Option<ViewKind> {
+        ViewKind::ALL.get(index).copied()
+    }
 }
 
 /// One directory of a view.
@@ -171,6 +185,9 @@ pub struct ViewSnapshot {
     pub sessions: Vec<Arc<ViewFacts>>,
     zone: TimeZone,
     trees: [OnceLock<ViewTree>; 3],
+    /// `(ViewFacts::key, index)` of every session, sorted: made at the
+    /// first [`ViewSnapshot::session_by_key`].
+    keys: OnceLock<Box<[(u64, u32)]>>,
 }
 
 /// A creation time (milliseconds since the epoch) in `zone`, every
@@ -196,14 +213,6 @@ pub fn local_parts(ms: u64, zone: &TimeZone) -> (String, String, String, String)
     )
 }
 
-fn index(view: ViewKind) -> usize {
-    match view {
-        ViewKind::Cwd => 0,
-        ViewKind::Date => 1,
-        ViewKind::Title => 2,
-    }
-}
-
 impl ViewSnapshot {
     /// The views of `sessions`, dates in `zone` (the trees are made when
     /// first used).
@@ -216,12 +225,13 @@ impl ViewSnapshot {
             sessions,
             zone: zone.clone(),
             trees: Default::default(),
+            keys: OnceLock::new(),
         }
     }
 
     /// The tree of `view`.
     pub fn tree(&self, view: ViewKind) -> &ViewTree {
-        self.trees[index(view)].get_or_init(|| {
+        self.trees[view.index()].get_or_init(|| {
             // Sessions grouped by their directory first: the names of a
             // directory are made once, whatever the number of sessions.
             let mut groups: BTreeMap<Vec<String>, Vec<usize>> = BTreeMap::new();
@@ -330,6 +340,35 @@ impl ViewSnapshot {
             names.shrink_to_fit();
             Links(names)
         })
+    }
+
+    /// The index of the session whose [`ViewFacts::key`] is `key`, if it
+    /// is shown (binary search of a table made at the first call, 12 bytes
+    /// a session). Two sessions of one key (a 60-bit hash: about one root
+    /// of 20,000 sessions in 10^9) answer the first in the table.
+    pub fn session_by_key(&self, key: u64) -> Option<usize> {
+        let keys = self.keys.get_or_init(|| {
+            let mut keys: Vec<(u64, u32)> = (self.sessions.iter().enumerate())
+                .map(|(i, s)| (s.key(), i as u32))
+                .collect();
+            keys.sort_unstable();
+            keys.into_boxed_slice()
+        });
+        let at = keys.partition_point(|&(k, _)| k < key);
+        keys.get(at)
+            .filter(|&&(k, _)| k == key)
+            .map(|&(_, i)| i as usize)
+    }
+
+    /// How deep the link of session `i` sits in `view`: 1 for a link at
+    /// the view's top, one more per directory above it (the `../` its
+    /// target starts with).
+    pub fn link_depth(&self, view: ViewKind, i: usize) -> usize {
+        match view {
+            ViewKind::Cwd => 1 + cwd_components(self.sessions[i].cwd.as_deref()).len(),
+            ViewKind::Date => 4,
+            ViewKind::Title => 1,
+        }
     }
 
     /// The link `rel` (its path inside `view`): the session index.
