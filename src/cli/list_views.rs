@@ -191,7 +191,7 @@ fn write_dir(
         let name = Shown(std::path::Path::new(name));
         writeln!(out, "{}{name}/", "  ".repeat(depth - 1))?;
     }
-    for (name, &i) in snap.links(view, dir) {
+    for (name, i) in snap.links(view, dir).iter() {
         let s = &snap.sessions[i];
         writeln!(
             out,

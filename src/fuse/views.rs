@@ -53,7 +53,7 @@ impl SessionFs {
         let rel = join(rel, name);
         if dir.subdirs.contains(name) && tree.shows_any(&rel, &snap.sessions, visible) {
             Ok(Node::ViewDir { view, rel })
-        } else if let Some(&i) = snap.links(view, dir).get(name) {
+        } else if let Some(i) = snap.links(view, dir).get(name) {
             let s = &snap.sessions[i];
             if !visible(s) {
                 return Err(FsError::NoEntry);
@@ -84,7 +84,7 @@ impl SessionFs {
                 out.push((name.clone(), Kind::Dir, None));
             }
         }
-        for (name, &i) in snap.links(view, dir) {
+        for (name, i) in snap.links(view, dir).iter() {
             let s = &snap.sessions[i];
             if visible(s) {
                 let ino = view_link_ino(view, s.key());
