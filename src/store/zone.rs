@@ -43,7 +43,7 @@ pub fn civil(ms: i64, zone: &TimeZone) -> Civil {
             ms.div_euclid(CYCLE_MS),
         ),
     };
-    let z = ts.to_zoned_datetime(zone.clone());
+    let z = zone.to_datetime(ts);
     Civil {
         year: i64::from(z.year()) + cycles * 400,
         month: z.month(),

@@ -125,7 +125,11 @@ pub fn escape_component(c: &str, top: bool, drive: bool) -> String {
 
 /// `s` made usable inside a file name: control characters and NUL become
 /// a space and `/` becomes `_` (the title's rules).
-fn name_safe(s: &str) -> String {
+fn name_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c == '/' || c.is_control();
+    if !s.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
     s.chars()
         .map(|c| match c {
             '/' => '_',
@@ -138,7 +142,12 @@ fn name_safe(s: &str) -> String {
 /// The short id: the first 8 characters of the id's body (after the last
 /// `_`), made name-safe.
 pub fn short_id(id: &str) -> String {
-    name_safe(&id_body(id).chars().take(SHORT_ID_CHARS).collect::<String>())
+    let body = id_body(id);
+    let end = body
+        .char_indices()
+        .nth(SHORT_ID_CHARS)
+        .map_or(body.len(), |(at, _)| at);
+    name_safe(&body[..end]).into_owned()
 }
 
 /// A link name `<prefix> <title> <tail>` (parts that are empty left out)
@@ -148,6 +157,21 @@ pub fn short_id(id: &str) -> String {
 /// gets `_` appended.
 pub fn link_name(prefix: &str, title: &str, tail: &str) -> String {
     let tail = name_safe(tail);
+    if prefix.len() + title.len() + tail.len() + 2 <= NAME_MAX
+        && !prefix.is_empty()
+        && !title.is_empty()
+        && !tail.is_empty()
+    {
+        // The common case, made in one allocation.
+        let mut name = String::with_capacity(prefix.len() + title.len() + tail.len() + 2);
+        for (k, part) in [prefix, title, &tail].into_iter().enumerate() {
+            if k > 0 {
+                name.push(' ');
+            }
+            name.push_str(part);
+        }
+        return name;
+    }
     let join = |parts: &[&str]| -> String {
         parts
             .iter()

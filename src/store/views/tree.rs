@@ -317,12 +317,19 @@ impl ViewSnapshot {
     /// of the short id, so names never depend on listing order.
     pub fn links<'a>(&'a self, view: ViewKind, dir: &'a ViewDir) -> &'a Links {
         dir.links.get_or_init(|| {
+            // As `local_parts` writes them, in one allocation.
             let prefix = |i: usize| -> String {
-                let (y, m, d, hms) = local_parts(self.sessions[i].created_at_ms, &self.zone);
+                if view == ViewKind::Title {
+                    return String::new();
+                }
+                let z = zoned(self.sessions[i].created_at_ms, &self.zone);
+                let (h, mi, sec) = (z.hour, z.minute, z.second);
                 match view {
-                    ViewKind::Cwd => format!("{y}-{m}-{d} {hms}"),
-                    ViewKind::Date => hms,
-                    ViewKind::Title => String::new(),
+                    ViewKind::Cwd => format!(
+                        "{:04}-{:02}-{:02} {h:02}-{mi:02}-{sec:02}",
+                        z.year, z.month, z.day
+                    ),
+                    _ => format!("{h:02}-{mi:02}-{sec:02}"),
                 }
             };
             // Names with the short id; every name shared by several
