@@ -78,16 +78,14 @@ pub enum Node {
 }
 
 /// A node as the table stores it: its kind only, two bytes. Nodes whose
-/// names are their mount path's components are rebuilt from the path; a
-/// `.by-id` link's target is packed into its entry's name (see
-/// [`Entry::name`]), and the rare view node not derived from its path is
-/// kept whole in a side table.
+/// names are their mount path's components are rebuilt from the path; the
+/// rare node not derived from its path is kept whole in a side table.
+/// Links of `.by-id` and the views are not stored at all (their numbers
+/// hold them, [`view_link_ino`], [`by_id_link_ino`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stored {
     Root,
     ById,
-    /// Its target rides in the entry's name: `name NUL project NUL session`.
-    ByIdLink,
     Project,
     Session,
     Transcript,
@@ -100,8 +98,8 @@ enum Stored {
     /// others, so that the 60,000 view entries of 20,000 sessions cost no
     /// allocation of their own (issue 11).
     ViewDir(crate::store::views::ViewKind),
-    /// A view node whose path inside the view is not so derived: kept
-    /// whole in `Tables::odd`.
+    /// A node not so derived (a view node elsewhere than its path says, a
+    /// link given a number of its own): kept whole in `Tables::odd`.
     View,
     Passthrough,
 }
@@ -124,58 +122,32 @@ impl Stored {
         }
     }
 
-    /// The kind of `node` at mount path `path`, and what its entry's name
-    /// carries after the name itself (a `.by-id` link's target).
-    fn of(node: &Node, path: &Path) -> (Stored, Vec<u8>) {
-        if let Node::ByIdLink { project, session } = node {
-            let mut extra = vec![0];
-            extra.extend_from_slice(project.as_bytes());
-            if path.file_name() != Some(session.as_os_str()) {
-                extra.push(0);
-                extra.extend_from_slice(session.as_bytes());
-            }
-            return (Stored::ByIdLink, extra);
-        }
-        (Stored::kind_of(node, path), Vec::new())
-    }
-
-    fn kind_of(node: &Node, path: &Path) -> Stored {
+    /// The kind of `node` at mount path `path`.
+    fn of(node: &Node, path: &Path) -> Stored {
         match node {
             Node::ViewDir { view, rel } if view_rel(path) == Some(rel.as_str()) => {
                 Stored::ViewDir(*view)
             }
             Node::Root => Stored::Root,
             Node::ById => Stored::ById,
-            Node::ByIdLink { .. } => Stored::ByIdLink,
             Node::Project { .. } => Stored::Project,
             Node::Session { .. } => Stored::Session,
             Node::Transcript { .. } => Stored::Transcript,
             Node::Rendered { .. } => Stored::Rendered,
             Node::ConflictCopy { .. } => Stored::ConflictCopy,
-            Node::ViewDir { .. } | Node::ViewLink { .. } => Stored::View,
+            Node::ViewDir { .. } | Node::ViewLink { .. } | Node::ByIdLink { .. } => Stored::View,
             Node::Passthrough { .. } => Stored::Passthrough,
         }
     }
 
-    /// The node at mount path `path` (`project/session/...`), whose entry
-    /// stores `packed` as its name; `odd` is its side-table node.
-    fn node(&self, path: &Path, packed: &[u8], odd: Option<&Node>) -> Node {
+    /// The node at mount path `path` (`project/session/...`); `odd` is its
+    /// side-table node.
+    fn node(&self, path: &Path, odd: Option<&Node>) -> Node {
         let mut parts = path.iter();
         let mut next = || parts.next().unwrap_or_default().to_os_string();
         match self {
             Stored::Root => Node::Root,
             Stored::ById => Node::ById,
-            Stored::ByIdLink => {
-                let mut parts = packed.split(|&b| b == 0).skip(1);
-                let project = OsStr::from_bytes(parts.next().unwrap_or_default());
-                let session = parts
-                    .next()
-                    .map_or_else(|| path.file_name().unwrap_or_default(), OsStr::from_bytes);
-                Node::ByIdLink {
-                    project: project.to_os_string(),
-                    session: session.to_os_string(),
-                }
-            }
             Stored::Project => Node::Project { project: next() },
             Stored::Session => Node::Session {
                 project: next(),
@@ -322,26 +294,19 @@ struct Entry {
 }
 
 impl Entry {
-    /// Its name: implied by its kind, else what `name` holds up to a NUL
-    /// (a `.by-id` link's target follows it there).
+    /// Its name: implied by its kind, else what `name` holds.
     fn name(&self) -> &[u8] {
-        match self.node.implied_name() {
-            Some(name) => name,
-            None => self.name.split(|&b| b == 0).next().unwrap_or_default(),
-        }
+        self.node.implied_name().unwrap_or(&self.name)
     }
 }
 
 /// What an entry's `name` field holds for name `name` of a node of kind
-/// `node` carrying `extra` (see [`Stored::of`]).
-fn packed_name(node: Stored, name: &[u8], extra: &[u8]) -> Box<[u8]> {
+/// `node`: nothing when the kind implies the name.
+fn stored_name(node: Stored, name: &[u8]) -> Box<[u8]> {
     if node.implied_name() == Some(name) {
         return Box::default();
     }
-    let mut packed = Vec::with_capacity(name.len() + extra.len());
-    packed.extend_from_slice(name);
-    packed.extend_from_slice(extra);
-    packed.into_boxed_slice()
+    Box::from(name)
 }
 
 #[derive(Default)]
@@ -411,9 +376,8 @@ impl Tables {
     }
 
     /// Gives entry `ino` the name `name` in `parent` (its children
-    /// counted there), unless that would make it its own ancestor; `extra`
-    /// as [`Stored::of`] gives it.
-    fn place(&mut self, ino: u64, parent: u64, name: &[u8], extra: &[u8]) {
+    /// counted there), unless that would make it its own ancestor.
+    fn place(&mut self, ino: u64, parent: u64, name: &[u8]) {
         if ino == ROOT_INO || self.is_under(parent, ino) {
             return;
         }
@@ -421,7 +385,7 @@ impl Tables {
             return;
         };
         let old_parent = std::mem::replace(&mut e.parent, parent);
-        e.name = packed_name(e.node, name, extra);
+        e.name = stored_name(e.node, name);
         if old_parent != parent {
             if let Some(p) = self.entries.get_mut(&parent) {
                 p.children += 1;
@@ -489,7 +453,7 @@ impl Tables {
             return; // it answers at its other, current name
         }
         match self.other_names(ino).into_iter().next() {
-            Some((p, n)) => self.place(ino, p, &n, &[]),
+            Some((p, n)) => self.place(ino, p, &n),
             None => {
                 if let Some(e) = self.entries.get_mut(&ino) {
                     e.gone = true;
@@ -560,7 +524,7 @@ impl InodeTable {
             return ino; // its number holds the node: nothing to keep
         }
         let name = path.file_name().unwrap_or_default().as_bytes();
-        let (stored, extra) = Stored::of(node, path);
+        let stored = Stored::of(node, path);
         let mut t = self.inner.write();
         if stored == Stored::View {
             t.odd.insert(ino, node.clone());
@@ -577,21 +541,21 @@ impl InodeTable {
             Some(e) => {
                 e.lookups = e.lookups.saturating_add(1);
                 let renamed = e.parent != parent || e.name() != name;
-                let repack = e.node != stored || stored == Stored::ByIdLink;
+                let restore = e.node != stored;
                 e.node = stored;
                 if renamed && !e.gone {
                     e.linked = true;
                 }
                 e.gone = false;
                 if renamed {
-                    t.place(ino, parent, name, &extra);
-                } else if repack {
-                    e.name = packed_name(stored, name, &extra);
+                    t.place(ino, parent, name);
+                } else if restore {
+                    e.name = stored_name(stored, name);
                 }
                 t.detached.remove(&ino);
             }
             None => {
-                let name = packed_name(stored, name, &extra);
+                let name = stored_name(stored, name);
                 t.entries.insert(
                     ino,
                     Entry {
@@ -634,7 +598,7 @@ impl InodeTable {
         let t = self.inner.read();
         let path = t.path(ino)?;
         let e = t.entries.get(&ino)?;
-        let node = e.node.node(&path, &e.name, t.odd.get(&ino));
+        let node = e.node.node(&path, t.odd.get(&ino));
         Some((path, node))
     }
 
@@ -681,7 +645,7 @@ impl InodeTable {
         if ino != child_ino(new_parent, OsStr::from_bytes(new_name)) {
             t.named.insert((new_parent, Box::from(new_name)), ino);
         }
-        t.place(ino, new_parent, new_name, &[]);
+        t.place(ino, new_parent, new_name);
     }
 
     /// The inode held at entry `name` of `parent`, if any.
@@ -718,7 +682,7 @@ impl InodeTable {
     /// Entry `ino` answers at `name` of `parent` from now on (one of its
     /// other names, found to name its file when its current one did not).
     pub fn answer_at(&self, ino: u64, parent: u64, name: &OsStr) {
-        self.inner.write().place(ino, parent, name.as_bytes(), &[]);
+        self.inner.write().place(ino, parent, name.as_bytes());
     }
 
     /// Records `file` as the open descriptor of inode `ino` (see
@@ -885,7 +849,7 @@ mod tests {
     }
 
     #[test]
-    fn a_by_id_link_keeps_its_target_in_its_name() {
+    fn a_by_id_link_given_a_number_of_its_own_is_kept_whole() {
         let t = InodeTable::default();
         let by_id = t.looked_up(ROOT_INO, Path::new(".by-id"), &Node::ById, 40);
         for (name, session) in [("s1", "s1"), ("short", "s~2Dlong")] {
