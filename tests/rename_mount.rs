@@ -168,6 +168,46 @@ fn symlinks_hard_links_and_fifos_are_made_on_the_backing_file_system() {
     mount.stop();
 }
 
+/// Entries made through the mount get the modes the caller asked for, as
+/// the same commands give them on the backing file system: with umask 0 a
+/// `mkdir` is 0777 and `touch` and `mkfifo` 0666 (the daemon's own umask is
+/// not applied on top; pjdfstest's rename group found it), a directory
+/// made in a set-group-ID one keeps the bit it inherits, and opening an
+/// existing file with `O_CREAT` changes nothing of it.
+#[test]
+fn entries_made_get_the_modes_asked_as_on_the_backing_file_system() {
+    let (_tmp, root) = corpus_copy("normal");
+    let mount = Mount::start(&root, &[]);
+    let native = tempfile::tempdir().unwrap();
+    let script = "cd \"$1\" && umask 0 && mkdir d && touch f && mkfifo p && \
+                  mkdir -m 2755 g && mkdir g/in && umask 077 && mkdir tight && touch t && \
+                  chmod 600 f && : >> f";
+    let modes = |dir: &Path| -> Vec<(String, u32)> {
+        sh_ok(script, [dir]);
+        ["d", "f", "p", "g", "g/in", "tight", "t"]
+            .iter()
+            .map(|n| {
+                let mode = fs::symlink_metadata(dir.join(n)).unwrap().mode() & 0o7777;
+                (n.to_string(), mode)
+            })
+            .collect()
+    };
+    let want = modes(native.path());
+    assert_eq!(want[0], ("d".to_string(), 0o777), "the native reference");
+    assert_eq!(modes(&mount.join(SESSION)), want, "through the mount");
+    let backing: Vec<(String, u32)> = want
+        .iter()
+        .map(|(n, _)| {
+            let mode = fs::symlink_metadata(root.join(SESSION).join(n))
+                .unwrap()
+                .mode();
+            (n.clone(), mode & 0o7777)
+        })
+        .collect();
+    assert_eq!(backing, want, "on the backing file system");
+    mount.stop();
+}
+
 /// `touch` (utimensat) of passed-through entries changes the entry's own
 /// times, as on the backing file system: a FIFO's without waiting for a
 /// writer, a socket's, and with `-h` a symbolic link's (dangling or not),

@@ -136,15 +136,31 @@ impl SessionFs {
                 }
                 self.materialize_dirs(&parent_path)?;
                 let path = self.store.backing_path(&child_path);
-                let file = std::fs::OpenOptions::new()
+                let mut options = std::fs::OpenOptions::new();
+                options
                     .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
                     .write(true)
-                    .create(true)
                     .custom_flags(flags & (libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL))
-                    .mode(mode & 0o7777)
-                    .open(&path)
-                    .map_err(|e| io_errno(&path, "create", e))?;
-                owner.apply(&path)?;
+                    .mode(mode & 0o7777);
+                // Made here, or there already (made outside the mount
+                // since the kernel looked): only a file made here takes
+                // the mode asked for.
+                let (file, made) = match options.clone().create_new(true).open(&path) {
+                    Ok(file) => (file, true),
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::AlreadyExists
+                            && flags & libc::O_EXCL == 0 =>
+                    {
+                        let file = options.create(true).open(&path);
+                        (file.map_err(|e| io_errno(&path, "create", e))?, false)
+                    }
+                    Err(e) => return Err(io_errno(&path, "create", e)),
+                };
+                if made {
+                    owner.apply(&path)?;
+                    super::made_mode::give_back_open(&file, mode)
+                        .map_err(|e| io_errno(&path, "chmod", e))?;
+                }
                 let node = Node::Passthrough {
                     rel: child_path.clone(),
                 };
@@ -383,6 +399,8 @@ impl SessionFs {
                     .create(&path)
                     .map_err(|e| io_errno(&path, "mkdir", e))?;
                 owner.apply(&path)?;
+                super::made_mode::give_back(&path, mode)
+                    .map_err(|e| io_errno(&path, "chmod", e))?;
                 return self.lookup(parent, name);
             }
             _ => {
@@ -607,6 +625,7 @@ impl SessionFs {
             return Err(io_errno(&path, "mknod", std::io::Error::last_os_error()));
         }
         owner.apply(&path)?;
+        super::made_mode::give_back(&path, perm).map_err(|e| io_errno(&path, "chmod", e))?;
         self.lookup(parent, name)
     }
 

@@ -15,6 +15,7 @@ mod fusermount;
 mod handles;
 mod heap;
 mod inode;
+mod made_mode;
 pub mod mount_table;
 mod preflight;
 mod rendered;
