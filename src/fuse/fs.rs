@@ -545,24 +545,20 @@ impl SessionFs {
         }
     }
 
-    /// Sweeps the views' catalog every
-    /// [`SWEEP_EVERY`](crate::store::views::catalog::SWEEP_EVERY) while the views
-    /// are in use, that is when a view was listed or looked into since the
-    /// last sweep ([`ViewCatalog::sweep`]: transcripts removed or replaced
-    /// inside their session directories, also while nothing was mounted);
+    /// Sweeps the views' catalog while the views are in use and when they
+    /// are used again after an idle spell
+    /// ([`ViewCatalog::sweep_loop`](crate::store::views::ViewCatalog::sweep_loop):
+    /// transcripts removed or replaced inside their session directories);
     /// never returns (the mount's `sessionfs-views` thread, which ends
-    /// with the process). A sweep waits one period after the use, so that
-    /// it never competes with a fresh mount's first listings.
+    /// with the process).
     pub fn sweep_views(&self) -> ! {
-        loop {
-            std::thread::sleep(crate::store::views::catalog::SWEEP_EVERY);
-            if self.views.take_used() {
-                let marked = self.views.sweep(&self.store);
-                if marked > 0 {
-                    log::debug!("views: {marked} transcripts changed in place; read again");
-                }
-            }
-        }
+        self.views.sweep_loop(&self.store)
+    }
+
+    /// How long ago the views' catalog was last swept, and how many
+    /// sweeps ended (for `.sessionfs-status`).
+    pub fn views_swept(&self) -> (Option<Duration>, u64) {
+        self.views.latest_sweep()
     }
 
     /// Whether the views' snapshot is built (for `.sessionfs-status`).

@@ -114,6 +114,9 @@ pub struct Status {
     pub view_sessions_read: u64,
     /// Whether the views' snapshot is built.
     pub views_ready: bool,
+    /// Milliseconds since the views' catalog was last swept (`None`: not
+    /// yet), and the sweeps so far.
+    pub views_swept: (Option<u128>, u64),
     /// Inodes the mount holds for the kernel (the root included): they
     /// are released when the kernel forgets them.
     pub inodes: usize,
@@ -158,6 +161,8 @@ impl Status {
             "views": {
                 "sessions_read": self.view_sessions_read,
                 "ready": self.views_ready,
+                "swept_ms_ago": self.views_swept.0,
+                "sweeps": self.views_swept.1,
             },
             "inodes": self.inodes,
             "catalog_bytes": self.catalog_bytes,
@@ -236,6 +241,10 @@ impl StatusFile {
             frames_decoded: crate::store::transcript::frames_decoded_total(),
             view_sessions_read: crate::store::views::catalog::sessions_read(),
             views_ready: self.core.views_ready(),
+            views_swept: {
+                let (ago, sweeps) = self.core.views_swept();
+                (ago.map(|d| d.as_millis()), sweeps)
+            },
             inodes: self.core.inode_count(),
             catalog_bytes: self.core.store().discovery().approx_bytes(),
             root_fs: self.info.root_fs.clone(),

@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use super::facts::{scan_title, Interner, ViewFacts};
 use super::names::fnv1a;
+use super::sweeper::Sweeper;
 use super::tree::ViewSnapshot;
 use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcript};
 
@@ -128,6 +129,8 @@ pub struct ViewCatalog {
     cache: Arc<FrameCache>,
     /// A snapshot was asked for since the last [`ViewCatalog::take_used`].
     used: std::sync::atomic::AtomicBool,
+    /// When sweeps happen ([`ViewCatalog::sweep_loop`]).
+    sweeper: Sweeper,
 }
 
 impl ViewCatalog {
@@ -152,6 +155,7 @@ impl ViewCatalog {
             zone: crate::store::zone::local_zone().clone(),
             cache: Arc::new(FrameCache::new(TITLE_CACHE)),
             used: std::sync::atomic::AtomicBool::new(false),
+            sweeper: Sweeper::default(),
         }
     }
 
@@ -175,6 +179,9 @@ impl ViewCatalog {
     /// Errors: [`StoreError::Io`] when the root cannot be listed.
     pub fn snapshot(&self, store: &Store) -> Result<Arc<ViewSnapshot>, StoreError> {
         self.used.store(true, Ordering::Relaxed);
+        // After an idle spell, what changed inside session directories
+        // meanwhile first (bounded: see `sweeper`).
+        self.sweeper.fresh_enough();
         let mut st = self.state.lock();
         if let Some((at, snap)) = &st.snapshot {
             if at.elapsed() < self.max_age && !st.stale {
@@ -201,6 +208,37 @@ impl ViewCatalog {
     /// use: worth a [`ViewCatalog::sweep`]).
     pub fn take_used(&self) -> bool {
         self.used.swap(false, Ordering::Relaxed)
+    }
+
+    /// Sweeps the catalog ([`ViewCatalog::sweep`]) every [`SWEEP_EVERY`]
+    /// while the views are in use, and at once when a use after an idle
+    /// spell asks for it ([`Sweeper::fresh_enough`]); never returns (a
+    /// mount's `sessionfs-views` thread).
+    pub fn sweep_loop(&self, store: &Store) -> ! {
+        self.sweeper.starting();
+        loop {
+            let asked = self.sweeper.wait_for_work();
+            if asked || self.take_used() {
+                self.sweep_now(store);
+            }
+        }
+    }
+
+    /// How long ago the latest sweep ended (`None`: none yet), and how
+    /// many ended since the catalog was made.
+    pub fn latest_sweep(&self) -> (Option<Duration>, u64) {
+        self.sweeper.latest()
+    }
+
+    /// [`ViewCatalog::sweep`] now, on this thread, recorded as the latest
+    /// sweep.
+    fn sweep_now(&self, store: &Store) {
+        self.take_used(); // this sweep covers the uses so far
+        let marked = self.sweep(store);
+        if marked > 0 {
+            log::debug!("views: {marked} transcripts changed in place; read again");
+        }
+        self.sweeper.ended();
     }
 
     /// `lstat`s the transcript of every settled session (one removed, or
@@ -267,9 +305,7 @@ impl ViewCatalog {
     }
 }
 
-/// How often the mount sweeps the views' catalog while they are in use
-/// ([`ViewCatalog::sweep`]).
-pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+pub use super::sweeper::SWEEP_EVERY;
 
 /// The facts of every valid session; an id directory present in several
 /// projects (a duplicate id) is left out.

@@ -7,11 +7,13 @@
 //! * [`names`]: cwd components, link names, escaping;
 //! * [`facts`]: what a view needs of one session, and its title;
 //! * [`tree`]: the three trees of one moment;
-//! * [`catalog`]: the facts kept current and persisted.
+//! * [`catalog`]: the facts kept current and persisted;
+//! * [`sweeper`]: when the catalog looks at every transcript again.
 
 pub mod catalog;
 pub mod facts;
 pub mod names;
+pub mod sweeper;
 pub mod tree;
 
 pub use catalog::ViewCatalog;
