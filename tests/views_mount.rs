@@ -785,3 +785,64 @@ fn the_first_listing_after_an_idle_spell_shows_what_changed_meanwhile() {
     });
     mount.stop();
 }
+
+/// The mount's own directories (`.by-id`, the views) behave as read-only
+/// directories of a local file system (a fresh tester's findings): `chmod`
+/// and `touch -h` fail with EPERM instead of succeeding without effect,
+/// they use no disk (`du` counts 0), a directory's link count is 2 plus
+/// its subdirectories, and a listing's `..` is the parent's number.
+#[test]
+fn the_mounts_own_directories_are_read_only_use_no_disk_and_count_their_links() {
+    use std::os::unix::fs::MetadataExt;
+    let root = tempfile::tempdir().unwrap();
+    copy_tree(&corpus_dir().join("normal/root"), root.path());
+    let mount = mount_corpus(root.path(), &[]);
+    let fails = |script: &str| {
+        let out = common::sh(script, [mount.path()]);
+        assert!(!out.status.success(), "{script} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(fails("chmod 777 \"$1\"/.by-date").contains("not permitted"));
+    assert!(fails("touch -h -d 2001-01-01 \"$1\"/.by-id/Session-A").contains("not permitted"));
+    let du = common::sh_ok(
+        "du -sk \"$1\"/.by-cwd \"$1\"/.by-date \"$1\"/.by-id",
+        [mount.path()],
+    );
+    for line in String::from_utf8_lossy(&du).lines() {
+        assert!(line.starts_with("0\t"), "{line}");
+    }
+    let mut checked = 0;
+    let mut stack = vec![mount.join(".by-cwd"), mount.join(".by-date")];
+    while let Some(dir) = stack.pop() {
+        let parent_ino = fs::metadata(dir.parent().unwrap()).unwrap().ino();
+        let subdirs: Vec<PathBuf> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_type().unwrap().is_dir())
+            .map(|e| e.path())
+            .collect();
+        let meta = fs::metadata(&dir).unwrap();
+        let top = dir.parent() == Some(mount.path());
+        if !top {
+            assert_eq!(meta.nlink(), 2 + subdirs.len() as u64, "{dir:?}");
+        }
+        let dotdot = nix_dotdot_ino(&dir);
+        assert_eq!(dotdot, parent_ino, "{dir:?}: `..`");
+        checked += 1;
+        stack.extend(subdirs);
+    }
+    assert!(checked > 10, "{checked}");
+    mount.stop();
+
+    /// The number a listing of `dir` gives `..` (its `readdir` entry, as
+    /// `ls -ia` prints it; std's listing leaves `.` and `..` out).
+    fn nix_dotdot_ino(dir: &Path) -> u64 {
+        let out = Command::new("ls").arg("-ia").arg(dir).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(".."))
+            .unwrap_or_else(|| panic!("no `..` in {text}"));
+        line.split_whitespace().next().unwrap().parse().unwrap()
+    }
+}

@@ -824,11 +824,19 @@ impl SessionFs {
 
     fn attr(&self, ino: u64, node: &Node) -> FsResult<Attr> {
         match node {
-            Node::Root => self.root_attr(ino),
+            Node::Root => {
+                // The backing root's, with the mount's own directories
+                // (`.by-id` and the three views) counted as its links.
+                let mut a = self.root_attr(ino)?;
+                a.nlink = a.nlink.saturating_add(1 + ViewKind::ALL.len() as u32);
+                Ok(a)
+            }
             Node::ViewDir { .. } | Node::ViewLink { .. } => self.view_attr(ino, node),
             Node::ById => {
                 let mut a = attr_of(ino, &lstat(self.store.root())?);
                 a.perm = 0o555;
+                a.nlink = 2; // links only
+                (a.size, a.blocks) = (0, 0); // the mount's own: no disk use
                 Ok(a)
             }
             Node::ByIdLink { project, session } => {
@@ -1257,7 +1265,7 @@ impl SessionFs {
                 name: ".".into(),
             },
             DirEntry {
-                ino,
+                ino: self.inodes.parent_of(ino).unwrap_or(ino),
                 kind: Kind::Dir,
                 name: "..".into(),
             },

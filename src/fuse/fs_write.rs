@@ -688,9 +688,19 @@ impl SessionFs {
             set_times(&f, &p, mtime, atime)?;
             return self.getattr(ino);
         }
+        let changes = mode.is_some() || size.is_some() || mtime.is_some() || atime.is_some();
         let backing = match &node {
             Node::Rendered { .. } | Node::ConflictCopy { .. } => {
                 return Err(eperm(format!("{} is read-only", path.display())))
+            }
+            Node::ById | Node::ByIdLink { .. } | Node::ViewDir { .. } | Node::ViewLink { .. }
+                if changes =>
+            {
+                return Err(eperm(format!(
+                    "{} is read-only: .by-id and the .by-* views are made by the mount; \
+                     change the session directories they link to instead",
+                    path.display()
+                )))
             }
             Node::Transcript { project, session } => {
                 // The size is the committed length plus the complete lines
@@ -730,6 +740,8 @@ impl SessionFs {
             Node::Project { .. } | Node::Session { .. } if !self.is_virtual(&path) => {
                 Some(self.store.backing_path(&path))
             }
+            // The root's attributes are the backing root's.
+            Node::Root => Some(self.store.root().to_path_buf()),
             _ => None,
         };
         if let Some(p) = backing {

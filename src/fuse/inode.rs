@@ -602,6 +602,12 @@ impl InodeTable {
         Some((path, node))
     }
 
+    /// The inode number of `ino`'s parent directory (the root's is the
+    /// root), if the kernel holds `ino` in the table.
+    pub fn parent_of(&self, ino: u64) -> Option<u64> {
+        self.inner.read().entries.get(&ino).map(|e| e.parent)
+    }
+
     /// The number [`child_ino`] gives inode `ino` at its current name.
     pub fn derived(&self, ino: u64) -> Option<u64> {
         let t = self.inner.read();

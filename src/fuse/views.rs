@@ -120,13 +120,15 @@ impl SessionFs {
                 let mut a = self.root_attr(ino)?;
                 a.perm = 0o555;
                 a.nlink = 2;
-                // A view's top always exists: `ls -l MNT` never builds the
-                // views.
+                (a.size, a.blocks) = (0, 0); // the mount's own: no disk use
+                                             // A view's top always exists: `ls -l MNT` never builds the
+                                             // views (so its link count does not count subdirectories).
                 if !rel.is_empty() {
                     let snap = self.views.snapshot(&self.store)?;
-                    if snap.tree(*view).dir(rel).is_none() {
+                    let Some(dir) = snap.tree(*view).dir(rel) else {
                         return Err(FsError::NoEntry);
-                    }
+                    };
+                    a.nlink = 2u32.saturating_add(dir.subdirs.len().try_into().unwrap_or(u32::MAX));
                     a.mtime = snap.built;
                     a.ctime = snap.built;
                 }
