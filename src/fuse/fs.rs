@@ -68,6 +68,20 @@ const RETURN_MEMORY_AT: u64 = 1 << 20;
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
 
+/// How long a new pass over a view or `.by-id` reuses the listing made
+/// while what it was made from holds (the attribute timeout's default:
+/// the views follow the store within it).
+const LISTING_REUSED_FOR: Duration = Duration::from_secs(1);
+
+/// A kept listing: what it was made from, when.
+struct KeptListing {
+    listing: Listing,
+    /// The views' snapshot or the catalog's generation it was made from
+    /// ([`SessionFs::listing_source`]); `None`: a new pass lists again.
+    source: Option<u64>,
+    made: std::time::Instant,
+}
+
 /// Which entries of one directory a `readdirplus` reply sends with
 /// attributes ([`SessionFs::listed_attrs`]). Those sent without them
 /// (node 0) the kernel looks up itself if they are used:
@@ -182,9 +196,10 @@ pub struct SessionFs {
     /// outside the request handlers: MOUNT.md, Details).
     pub(super) invalidate: Mutex<Option<Sender<Invalidation>>>,
     /// The latest listing of each recently read directory, reused by the
-    /// continuation calls of one readdir pass.
+    /// continuation calls of one readdir pass, and by a new pass of a view
+    /// or `.by-id` while what it was made from holds ([`KeptListing`]).
     /// Keyed by inode and, for per-user views, the caller's view key.
-    listings: Mutex<lru::LruCache<(u64, u64), Listing>>,
+    listings: Mutex<lru::LruCache<(u64, u64), KeptListing>>,
     /// Open renderings of `session.md` files (`rendered.rs`).
     pub(super) renderings: super::rendered::Renderings,
     /// The root's attributes as last read, answered while the root cannot
@@ -1227,9 +1242,23 @@ impl SessionFs {
     /// caller.
     pub fn readdir_as(&self, caller: &Caller, ino: u64, offset: u64) -> FsResult<Listing> {
         let key = (ino, self.listing_key(caller, ino));
-        if offset != 0 {
-            if let Some(listing) = self.listings.lock().get(&key) {
-                return Ok(Arc::clone(listing));
+        // A new pass (offset 0) over a view or `.by-id` reuses the listing
+        // made from the same snapshot or catalog generation within
+        // LISTING_REUSED_FOR: a client that reads the first entries of
+        // many handles of one 20,000-entry directory (a file manager's
+        // polling, a fresh tester's 300 handles) no longer makes the whole
+        // listing again each time.
+        let source = if offset == 0 {
+            self.listing_source(ino)?
+        } else {
+            None
+        };
+        if let Some(kept) = self.listings.lock().get(&key) {
+            let same_source = source.is_some()
+                && kept.source == source
+                && kept.made.elapsed() < LISTING_REUSED_FOR;
+            if offset != 0 || same_source {
+                return Ok(Arc::clone(&kept.listing));
             }
         }
         let mut entries: Vec<(u64, DirEntry)> = self
@@ -1239,8 +1268,28 @@ impl SessionFs {
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
         let listing = Arc::new(entries);
-        self.listings.lock().put(key, Arc::clone(&listing));
+        let kept = KeptListing {
+            listing: Arc::clone(&listing),
+            source,
+            made: std::time::Instant::now(),
+        };
+        self.listings.lock().put(key, kept);
         Ok(listing)
+    }
+
+    /// What a listing of directory `ino` is made from, when it is one a
+    /// new pass may reuse: the views' current snapshot (its number) for a
+    /// view directory, the catalog's generation for `.by-id`; `None` for
+    /// every other directory (their listings follow the backing
+    /// directories, and the kernel caches them by mtime).
+    ///
+    /// Errors: the views' or the catalog's revalidation error.
+    fn listing_source(&self, ino: u64) -> FsResult<Option<u64>> {
+        Ok(match self.recorded_node(ino).map(|(_, node)| node) {
+            Ok(Node::ViewDir { .. }) => Some(self.views.snapshot(&self.store)?.number),
+            Ok(Node::ById) => Some(self.store.discovery().generation()?),
+            _ => None,
+        })
     }
 
     /// The second half of a listing's key: the caller's view key in a

@@ -219,6 +219,9 @@ pub struct ViewSnapshot {
     /// their mtime, so a kernel that caches listings until the mtime
     /// changes lists them again after a change.
     pub built: SystemTime,
+    /// A number no other snapshot of this process has: what a listing
+    /// made from it remembers.
+    pub number: u64,
     /// The sessions shown, sorted by (createdAt, id).
     pub sessions: Vec<Arc<ViewFacts>>,
     zone: TimeZone,
@@ -258,8 +261,10 @@ impl ViewSnapshot {
         sessions.sort_by(|a, b| {
             (a.created_at_ms, &a.id, &a.project).cmp(&(b.created_at_ms, &b.id, &b.project))
         });
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         ViewSnapshot {
             built: SystemTime::now(),
+            number: MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             sessions,
             zone: zone.clone(),
             trees: Default::default(),
