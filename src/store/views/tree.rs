@@ -226,9 +226,10 @@ pub struct ViewSnapshot {
     pub sessions: Vec<Arc<ViewFacts>>,
     zone: TimeZone,
     trees: [OnceLock<ViewTree>; 3],
-    /// `(ViewFacts::key, index)` of every session, sorted: made at the
-    /// first [`ViewSnapshot::session_by_key`].
-    keys: OnceLock<Box<[(u64, u32)]>>,
+    /// `(ViewFacts::key, index)` of every session, sorted (made with the
+    /// snapshot, off the path of the first link's `stat` when the mount
+    /// builds its views ahead).
+    keys: Box<[(u64, u32)]>,
 }
 
 /// A creation time (milliseconds since the epoch) in `zone`, every
@@ -262,13 +263,17 @@ impl ViewSnapshot {
             (a.created_at_ms, &a.id, &a.project).cmp(&(b.created_at_ms, &b.id, &b.project))
         });
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut keys: Vec<(u64, u32)> = (sessions.iter().enumerate())
+            .map(|(i, s)| (s.key(), u32::try_from(i).unwrap_or(u32::MAX)))
+            .collect();
+        keys.sort_unstable();
         ViewSnapshot {
             built: SystemTime::now(),
             number: MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             sessions,
             zone: zone.clone(),
             trees: Default::default(),
-            keys: OnceLock::new(),
+            keys: keys.into_boxed_slice(),
         }
     }
 
@@ -390,19 +395,12 @@ impl ViewSnapshot {
     }
 
     /// The index of the session whose [`ViewFacts::key`] is `key`, if it
-    /// is shown (binary search of a table made at the first call, 12 bytes
-    /// a session). Two sessions of one key (a 60-bit hash: about one root
+    /// is shown (binary search of a table of 12 bytes a session). Two sessions of one key (a 60-bit hash: about one root
     /// of 20,000 sessions in 10^9) answer the first in the table.
     pub fn session_by_key(&self, key: u64) -> Option<usize> {
-        let keys = self.keys.get_or_init(|| {
-            let mut keys: Vec<(u64, u32)> = (self.sessions.iter().enumerate())
-                .map(|(i, s)| (s.key(), i as u32))
-                .collect();
-            keys.sort_unstable();
-            keys.into_boxed_slice()
-        });
-        let at = keys.partition_point(|&(k, _)| k < key);
-        keys.get(at)
+        let at = self.keys.partition_point(|&(k, _)| k < key);
+        self.keys
+            .get(at)
             .filter(|&&(k, _)| k == key)
             .map(|&(_, i)| i as usize)
     }
