@@ -1353,7 +1353,15 @@ mod tests {
                     );
                     thread::spawn(move || {
                         barrier.wait();
-                        let cfg = fast();
+                        // Eight takers queue behind one another: on a
+                        // loaded 2-core machine the last waited more than
+                        // the fast lease's 900 ms (a full suite beside a
+                        // tester's builds). What is tested is who wins,
+                        // not how fast.
+                        let cfg = LeaseConfig {
+                            wait: Duration::from_secs(20),
+                            ..fast()
+                        };
                         let g = acquire(
                             &dir,
                             &t(&dir),
