@@ -105,19 +105,22 @@ fn one_transcript_costs_the_same_with_12_and_3000_project_directories() {
     assert_eq!(a, b, "lookup, stat, append with 12 vs 3000 project dirs");
 }
 
+/// The mount's core over `root`, its catalog revalidated at most every
+/// `ttl`.
+fn core_with_ttl(root: &Path, ttl: Duration) -> SessionFs {
+    let options = StoreOptions {
+        catalog_ttl: ttl,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(root, options).unwrap();
+    SessionFs::new(Arc::new(store), Duration::from_secs(3600))
+}
+
 #[test]
 fn a_duplicate_id_that_appears_later_is_noticed_within_the_interval() {
     let dir = root_with(12);
     let ttl = Duration::from_millis(1000);
-    let store = Store::open(
-        dir.path(),
-        StoreOptions {
-            catalog_ttl: ttl,
-            ..StoreOptions::default()
-        },
-    )
-    .unwrap();
-    let fs = SessionFs::new(Arc::new(store), Duration::from_secs(3600));
+    let fs = core_with_ttl(dir.path(), ttl);
     let p = fs.lookup(ROOT_INO, OsStr::new(PROJECT)).unwrap();
     let s = fs.lookup(p.ino, OsStr::new(SESSION)).unwrap();
     let view = fs.lookup(s.ino, OsStr::new("session.jsonl")).unwrap();
@@ -162,15 +165,7 @@ fn a_duplicate_id_that_appears_later_is_noticed_within_the_interval() {
 fn a_new_pass_over_by_id_reuses_the_listing_of_the_same_generation() {
     let dir = root_with(40);
     let ttl = Duration::from_millis(2000);
-    let store = Store::open(
-        dir.path(),
-        StoreOptions {
-            catalog_ttl: ttl,
-            ..StoreOptions::default()
-        },
-    )
-    .unwrap();
-    let fs = SessionFs::new(Arc::new(store), Duration::from_secs(3600));
+    let fs = core_with_ttl(dir.path(), ttl);
     let by_id = fs.lookup(ROOT_INO, OsStr::new(".by-id")).unwrap();
     let names = |fs: &SessionFs| -> Vec<String> {
         let listing = fs.readdir(by_id.ino, 0).unwrap();
