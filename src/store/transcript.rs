@@ -485,7 +485,13 @@ impl Transcript {
         // Only when the cache holds them with room to spare: a frame the
         // worker decoded but the cache could not keep would be decoded
         // again here.
-        if frames.len() > 1 && !self.cache.contains(&(generation, frames[0].0)) {
+        // Not for a read over many small frames (a hostile transcript of
+        // one-byte frames: a 1 MiB read over a million of them would hand
+        // the worker a million): each is quick to decode here.
+        if frames.len() > 1
+            && frames.len() <= MAX_FRAMES_HANDED
+            && !self.cache.contains(&(generation, frames[0].0))
+        {
             let rest: Vec<(usize, IndexedFrame)> = frames[1..]
                 .iter()
                 .filter(|(_, f)| f.plain_len <= LARGE_FRAME)
@@ -511,6 +517,7 @@ impl Transcript {
                 // Never held whole: decoded through a cursor that a
                 // sequential reader keeps using.
                 self.read_large(&file, (generation, number), &frame, from, to)
+                    .map(|bytes| out.extend_from_slice(&bytes))
             } else {
                 decoded_frame(
                     &self.cache,
@@ -520,10 +527,10 @@ impl Transcript {
                     (generation, number),
                     &frame,
                 )
-                .map(|plain| plain[from as usize..to as usize].to_vec())
+                .map(|plain| out.extend_from_slice(&plain[from as usize..to as usize]))
             };
             match part {
-                Ok(bytes) => out.extend_from_slice(&bytes),
+                Ok(()) => {}
                 Err(e @ StoreError::Io { .. }) => return Err(e),
                 Err(_) if self.rebuilt_after_failure(&frame)? => return Ok(Read::Rebuilt),
                 Err(e) => {
@@ -610,6 +617,11 @@ impl Transcript {
 /// into memory: a read decodes through the part it wants (memory stays
 /// bounded whatever a frame claims or holds).
 const LARGE_FRAME: u64 = MAX_WHOLE_FRAME;
+
+/// Most frames of one read handed to the read-ahead worker (a read of
+/// 1 MiB over frames of a typical batch, 1 KiB or more, touches at most
+/// about 1,000).
+const MAX_FRAMES_HANDED: usize = 1024;
 
 /// Unwalked spans of at least this many compressed bytes get a speculative
 /// walk of their second half on another thread (the thread costs about
