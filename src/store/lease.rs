@@ -928,9 +928,13 @@ pub fn acquire(
             create_exclusive(&path, &body.encode()).map_err(|e| io_err("create lock", e))?
         {
             forget(&path);
-            return Ok(LockGuard::start(
-                path, protocol, file, body, created, cfg, None,
-            ));
+            let guard = LockGuard::start(path, protocol, file, body, created, cfg, None);
+            if protocol == CommitProtocol::Remote {
+                // Held: copies a network client kept of earlier locks of
+                // this directory go (`hidden_locks`).
+                super::hidden_locks::sweep(dir, cfg.takeover_after());
+            }
+            return Ok(guard);
         }
         let holder = match look(&path, protocol).map_err(|e| io_err("read lock", e))? {
             None => {

@@ -22,6 +22,7 @@ pub mod fresh;
 pub mod fskind;
 pub mod hash;
 pub mod header;
+mod hidden_locks;
 pub mod index;
 pub mod index_store;
 pub mod json;
