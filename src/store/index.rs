@@ -1266,18 +1266,26 @@ mod tests {
         file.extend(inner);
         file.extend((0..10).flat_map(small));
         let len = file.len() as u64;
-        let (mut plain, mut d) = (FrameIndex::new(), 0);
-        plain.extend(file.as_slice(), len, &mut d).unwrap();
-        let mut par = FrameIndex::new();
-        let src = SlowFor {
-            data: &file,
-            slow: std::thread::current().id(),
-        };
-        par.extend_parallel(&src, len, &mut d, 0).unwrap();
+        let (plain, par) = plain_and_parallel(&file);
         assert_eq!(adopted(), 0, "a decoy frame was adopted");
         assert_eq!(par.frames().len(), 20);
         assert_eq!(par.frames(), plain.frames());
         assert_eq!(par.walked_to(), len);
+    }
+
+    /// `file` indexed by the plain walk and by the parallel one (this
+    /// thread's reads slowed, so that the speculation runs ahead).
+    fn plain_and_parallel(file: &[u8]) -> (FrameIndex, FrameIndex) {
+        let len = file.len() as u64;
+        let (mut plain, mut d) = (FrameIndex::new(), 0);
+        plain.extend(file, len, &mut d).unwrap();
+        let mut par = FrameIndex::new();
+        let src = SlowFor {
+            data: file,
+            slow: std::thread::current().id(),
+        };
+        par.extend_parallel(&src, len, &mut d, 0).unwrap();
+        (plain, par)
     }
 
     /// A speculative walk holds at most AHEAD_MAX_FRAMES frames for
@@ -1293,14 +1301,7 @@ mod tests {
             .copied()
             .collect();
         let len = file.len() as u64;
-        let (mut plain, mut d) = (FrameIndex::new(), 0);
-        plain.extend(file.as_slice(), len, &mut d).unwrap();
-        let mut par = FrameIndex::new();
-        let src = SlowFor {
-            data: &file,
-            slow: std::thread::current().id(),
-        };
-        par.extend_parallel(&src, len, &mut d, 0).unwrap();
+        let (plain, par) = plain_and_parallel(&file);
         assert!(adopted() <= AHEAD_MAX_FRAMES, "{} adopted", adopted());
         assert_eq!(par.frames().len(), n);
         assert_eq!(par.frames(), plain.frames());
