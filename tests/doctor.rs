@@ -255,6 +255,23 @@ fn a_frame_with_a_large_window_is_reported_not_set_aside() {
         bytes,
         "the transcript stays as it was"
     );
+    // `check` says what the doctor says (a second tester: it advised
+    // `doctor --repair` setting the transcript aside).
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("not damage") && text.contains("window_too_large"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("sets the transcript aside") && !text.contains("restore the file"),
+        "{text}"
+    );
     let oracle = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
     let a = oracle["sessions"]
         .as_array()

@@ -374,6 +374,15 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
 
 /// The problem line of damage in the middle.
 fn damage_text(d: &Damage) -> String {
+    if super::decode::is_window_too_large(&d.reason) {
+        return format!(
+            "byte {}: {}; not damage: zstd and the harness read it, and --repair changes \
+             nothing (`sessionfs doctor` reports it as window_too_large); {}",
+            d.at,
+            d.reason,
+            super::decode::WINDOW_ADVICE
+        );
+    }
     match d.resumes_at {
         Some(r) => format!(
             "byte {}: {}; damaged in the middle: verifiable data resumes at byte {r}; not a \

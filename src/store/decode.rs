@@ -199,6 +199,17 @@ fn zstd_error(code: usize) -> io::Error {
 /// [`frame_error`]).
 pub const WINDOW_TOO_LARGE: &str = "frame needs a window larger than";
 
+/// Whether a frame refused for `reason` was refused for its window only:
+/// not damage (zstd and the harness read windows up to 128 MiB).
+pub fn is_window_too_large(reason: &str) -> bool {
+    reason.starts_with(WINDOW_TOO_LARGE)
+}
+
+/// What to do about such a frame: the words of `check`, the mount's log
+/// and `sessionfs doctor` (its `window_too_large` finding).
+pub const WINDOW_ADVICE: &str = "to read it through sessionfs, write its frames again with \
+     a window of at most 16 MiB (zstd's own for levels up to 19, without --long)";
+
 /// Turns an error of a [`FrameReader`] into a [`FrameError`]: the file's
 /// own read errors stay I/O errors, everything else is corruption of the
 /// frame at `offset`.

@@ -405,6 +405,17 @@ impl fmt::Display for StoreError {
                 reason,
                 nothing_verifiable_follows,
             } => {
+                if super::decode::is_window_too_large(reason) {
+                    // What `check` and the doctor's `window_too_large` say.
+                    return write!(
+                        f,
+                        "{}: the frame at byte {at} cannot be read here ({reason}); not \
+                         damage: zstd and the harness read it, and no repair applies \
+                         (`sessionfs doctor` reports it as window_too_large); {}",
+                        Shown(path),
+                        super::decode::WINDOW_ADVICE
+                    );
+                }
                 write!(f, "{}: damaged at byte {at} ({reason})", Shown(path))?;
                 if let Some(r) = resumes_at {
                     write!(f, "; verifiable data resumes at byte {r}")?;

@@ -236,10 +236,10 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
             Kind::CwdRejected => {
                 "none needed here: load it on a system where its cwd is absolute".into()
             }
-            Kind::WindowTooLarge => "none needed for the harness, which reads it; to read it \
-                 through sessionfs, write its frames again with a window of at most 16 MiB \
-                 (zstd's own for levels up to 19, without --long)"
-                .into(),
+            Kind::WindowTooLarge => format!(
+                "none needed for the harness, which reads it; {}",
+                super::super::decode::WINDOW_ADVICE
+            ),
             Kind::EventRefused => "no harness loads it as it is: committed events are never \
                  rewritten; fix the writer that wrote the event, and copy the session's other \
                  events into a new session if you need them loaded"

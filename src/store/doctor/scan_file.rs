@@ -139,7 +139,7 @@ fn newline_run(bytes: &[u8]) -> usize {
 /// The finding of a frame that fails to decode for `reason`: a window
 /// too large is not damage (the reference reads it).
 fn frame_kind(reason: &str) -> Kind {
-    if reason.starts_with(super::super::decode::WINDOW_TOO_LARGE) {
+    if super::super::decode::is_window_too_large(reason) {
         Kind::WindowTooLarge
     } else {
         Kind::CorruptFrame
