@@ -379,7 +379,7 @@ impl SessionFs {
     /// a directory inside a view (its top shows the root's times instead).
     fn listing_follows_mtime(&self, ino: u64) -> bool {
         matches!(
-            self.table_node(ino),
+            self.inodes.node(ino),
             Some((_, Node::ViewDir { rel, .. })) if !rel.is_empty()
         )
     }
@@ -414,6 +414,8 @@ impl SessionFs {
     /// The node the table records for `ino`, and for a `.by-id` link's
     /// number (held without an entry, [`super::inode::by_id_key_of`]) the
     /// session directory of its key as the store's catalog has it now.
+    /// Only requests that may name a link ask the store; those that want
+    /// a directory's node ask the table itself.
     fn table_node(&self, ino: u64) -> Option<(PathBuf, Node)> {
         let Some(key) = super::inode::by_id_key_of(ino) else {
             return self.inodes.node(ino);
@@ -514,7 +516,7 @@ impl SessionFs {
     /// Whether `ino` is `.by-id` or a directory of a `.by-*` view.
     fn is_view_dir(&self, ino: u64) -> bool {
         matches!(
-            self.table_node(ino),
+            self.inodes.node(ino),
             Some((_, Node::ById | Node::ViewDir { .. }))
         )
     }
@@ -714,7 +716,7 @@ impl SessionFs {
         let node = if self.is_per_user(parent) {
             None
         } else {
-            self.table_node(parent).map(|(_, node)| node)
+            self.inodes.node(parent).map(|(_, node)| node)
         };
         ListedAttrs {
             parent,
@@ -742,9 +744,9 @@ impl SessionFs {
                 ))
             }
             Node::ViewLink { view, key } => Ok(super::inode::view_link_ino(*view, *key)),
-            Node::ByIdLink { project, session } => Ok(super::inode::by_id_link_ino(
-                crate::store::hash::session_key(project.as_bytes(), session.as_bytes()),
-            )),
+            Node::ByIdLink { project, session } => {
+                Ok(super::inode::by_id_link_ino(project, session))
+            }
             _ => Ok(derived),
         }
     }
@@ -752,7 +754,7 @@ impl SessionFs {
     /// The kernel forgot `n` lookups of `ino` (`forget`, `batch_forget`).
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
-        if self.table_node(ino).is_none() {
+        if self.inodes.node(ino).is_none() {
             self.drop_listings(ino);
         }
     }
@@ -1357,9 +1359,8 @@ impl SessionFs {
                     if !self.visible_to(caller, &project, &session) {
                         continue;
                     }
-                    let key =
-                        crate::store::hash::session_key(project.as_bytes(), session.as_bytes());
-                    add_numbered(name, Kind::Symlink, Some(super::inode::by_id_link_ino(key)));
+                    let link = super::inode::by_id_link_ino(&project, &session);
+                    add_numbered(name, Kind::Symlink, Some(link));
                 }
             }
             Node::Project { project } => {

@@ -234,10 +234,12 @@ pub fn view_link_of(ino: u64) -> Option<Node> {
     Some(Node::ViewLink { view, key })
 }
 
-/// The inode number of the `.by-id` link to the session of key `key`,
-/// held without a table entry like a view link's; the store finds the
-/// session again by its key (`Store::session_dir_of_key`).
-pub fn by_id_link_ino(key: u64) -> u64 {
+/// The inode number of the `.by-id` link to session directory `session`
+/// of project directory `project`, held without a table entry like a view
+/// link's; the store finds the session again by its key
+/// ([`crate::store::hash::session_key`], `Store::session_dir_of_key`).
+pub fn by_id_link_ino(project: &OsStr, session: &OsStr) -> u64 {
+    let key = crate::store::hash::session_key(project.as_bytes(), session.as_bytes());
     keyed_ino(BY_ID_LINK, key)
 }
 

@@ -120,9 +120,10 @@ impl SessionFs {
                 let mut a = self.root_attr(ino)?;
                 a.perm = 0o555;
                 a.nlink = 2;
-                (a.size, a.blocks) = (0, 0); // the mount's own: no disk use
-                                             // A view's top always exists: `ls -l MNT` never builds the
-                                             // views (so its link count does not count subdirectories).
+                // The mount's own: no disk use.
+                (a.size, a.blocks) = (0, 0);
+                // A view's top always exists: `ls -l MNT` never builds the
+                // views (so its link count does not count subdirectories).
                 if !rel.is_empty() {
                     let snap = self.views.snapshot(&self.store)?;
                     let Some(dir) = snap.tree(*view).dir(rel) else {

@@ -376,11 +376,10 @@ fn walk_all(file: &File, len: u64, report: &mut CheckReport) -> Result<()> {
 fn damage_text(d: &Damage) -> String {
     if super::decode::is_window_too_large(&d.reason) {
         return format!(
-            "byte {}: {}; not damage: zstd and the harness read it, and --repair changes \
-             nothing (`sessionfs doctor` reports it as window_too_large); {}",
+            "byte {}: {}; {}",
             d.at,
             d.reason,
-            super::decode::WINDOW_ADVICE
+            super::decode::window_note()
         );
     }
     match d.resumes_at {

@@ -210,6 +210,14 @@ pub fn is_window_too_large(reason: &str) -> bool {
 pub const WINDOW_ADVICE: &str = "to read it through sessionfs, write its frames again with \
      a window of at most 16 MiB (zstd's own for levels up to 19, without --long)";
 
+/// What `check` and the mount's log say of such a frame after its reason.
+pub fn window_note() -> String {
+    format!(
+        "not damage: zstd and the harness read it, and no repair applies (`sessionfs doctor` \
+         reports it as window_too_large); {WINDOW_ADVICE}"
+    )
+}
+
 /// Turns an error of a [`FrameReader`] into a [`FrameError`]: the file's
 /// own read errors stay I/O errors, everything else is corruption of the
 /// frame at `offset`.

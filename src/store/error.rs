@@ -409,11 +409,9 @@ impl fmt::Display for StoreError {
                     // What `check` and the doctor's `window_too_large` say.
                     return write!(
                         f,
-                        "{}: the frame at byte {at} cannot be read here ({reason}); not \
-                         damage: zstd and the harness read it, and no repair applies \
-                         (`sessionfs doctor` reports it as window_too_large); {}",
+                        "{}: the frame at byte {at} cannot be read here ({reason}); {}",
                         Shown(path),
-                        super::decode::WINDOW_ADVICE
+                        super::decode::window_note()
                     );
                 }
                 write!(f, "{}: damaged at byte {at} ({reason})", Shown(path))?;

@@ -415,13 +415,6 @@ impl ViewSnapshot {
             ViewKind::Title => 1,
         }
     }
-
-    /// The link `rel` (its path inside `view`): the session index.
-    pub fn link(&self, view: ViewKind, rel: &str) -> Option<usize> {
-        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-        let dir = self.tree(view).dir(parent)?;
-        self.links(view, dir).get(name)
-    }
 }
 
 #[cfg(test)]
@@ -558,7 +551,11 @@ mod tests {
         let top = snap.tree(ViewKind::Title).dir("").unwrap();
         assert_eq!(snap.links(ViewKind::Title, top).len(), 3);
         assert_eq!(
-            snap.link(ViewKind::Date, "2026/01/05/09-00-01 other 87654321"),
+            snap.links(
+                ViewKind::Date,
+                snap.tree(ViewKind::Date).dir("2026/01/05").unwrap()
+            )
+            .get("09-00-01 other 87654321"),
             Some(2)
         );
         // A per-user filter hides a directory with nothing visible below.
