@@ -9,7 +9,6 @@
 //! inherits) stays.
 
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -42,27 +41,20 @@ fn taken(asked: u32) -> u32 {
 ///
 /// Errors: the `lstat` or `chmod` error.
 pub(super) fn give_back(path: &Path, asked: u32) -> std::io::Result<()> {
+    use nix::sys::stat::{fchmodat, FchmodatFlags, Mode};
     let missing = taken(asked);
     if missing == 0 {
         return Ok(());
     }
-    let meta = std::fs::symlink_metadata(path)?;
-    let mode = (meta.permissions().mode() & 0o7777) | missing;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a valid NUL-terminated path.
-    let r = unsafe {
-        libc::fchmodat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            mode as libc::mode_t,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let mode = (std::fs::symlink_metadata(path)?.permissions().mode() & 0o7777) | missing;
+    let mode = Mode::from_bits_truncate(mode as nix::libc::mode_t);
+    fchmodat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        mode,
+        FchmodatFlags::NoFollowSymlink,
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// [`give_back`] for a file just created and open as `file` (`fchmod`).
