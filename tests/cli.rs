@@ -496,3 +496,52 @@ fn cat_into_a_closed_pipe_is_quiet() {
     assert_exit(&o, 0);
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
 }
+
+#[test]
+fn mount_refuses_a_compression_the_root_holds_nothing_of() {
+    // The normal corpus is a zstd root: `--compression none` would show
+    // every transcript as a mismatch (EIO) and write new sessions raw.
+    let f = Fixture::corpus("normal");
+    let mnt = f.elsewhere.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let before = listing(&f.root);
+    let o = f.run([
+        OsStr::new("mount"),
+        f.root.as_os_str(),
+        mnt.as_os_str(),
+        OsStr::new("--compression"),
+        OsStr::new("none"),
+    ]);
+    assert_exit(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains("--compression none contradicts root")
+            && err.contains(".jsonl.zstd transcripts only")
+            && err.contains("drop --compression"),
+        "{err}"
+    );
+    assert_eq!(listing(&f.root), before, "the root is untouched");
+    assert!(
+        !fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(mnt.to_str().unwrap()),
+        "nothing was mounted"
+    );
+}
+
+/// Every path under `dir`, sorted.
+fn listing(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}

@@ -22,6 +22,16 @@ pub enum StoreError {
     /// A transcript of the other encoding than the root's (FORMAT.md,
     /// Layout). errno: EIO.
     EncodingMismatch { path: PathBuf, root_is_zstd: bool },
+    /// `--compression` asked for an encoding the root holds no transcript
+    /// of, while it holds transcripts of the other (`example` is one):
+    /// every transcript would be a mismatch and new sessions would be
+    /// written in the other encoding (FORMAT.md, Layout: a root holds one
+    /// encoding). Raised by [`crate::store::Store::open`]. errno: EINVAL.
+    CompressionContradicts {
+        root: PathBuf,
+        asked_zstd: bool,
+        example: PathBuf,
+    },
     /// The same session directory name in several project directories
     /// (FORMAT.md, Identity rules). errno: EIO.
     DuplicateId { id_dir: String, paths: Vec<PathBuf> },
@@ -246,6 +256,7 @@ impl StoreError {
             StoreError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             StoreError::NotFound { .. } => libc::ENOENT,
             StoreError::InvalidName { .. }
+            | StoreError::CompressionContradicts { .. }
             | StoreError::InvalidLine { .. }
             | StoreError::SeqConflict { .. } => libc::EINVAL,
             StoreError::TornTail { .. } => libc::EIO,
@@ -298,6 +309,26 @@ impl fmt::Display for StoreError {
                     "{} is a {found} transcript in a {root} root; use a separate root \
                      for it or mount with the matching --compression",
                     Shown(path)
+                )
+            }
+            StoreError::CompressionContradicts {
+                root,
+                asked_zstd,
+                example,
+            } => {
+                let (asked, held) = if *asked_zstd {
+                    ("zstd", "raw .jsonl")
+                } else {
+                    ("none", ".jsonl.zstd")
+                };
+                write!(
+                    f,
+                    "--compression {asked} contradicts root {}: it holds {held} transcripts \
+                     only (for example {}), which would all fail with EIO, and new sessions \
+                     would be written in the other encoding; drop --compression to use the \
+                     root's own encoding",
+                    Shown(root),
+                    Shown(example)
                 )
             }
             StoreError::DuplicateId { id_dir, paths } => {

@@ -231,7 +231,9 @@ impl Store {
     /// Opens the store at `root` (already resolved: see the identity root).
     ///
     /// Errors: [`StoreError::NotFound`] or [`StoreError::Io`] when `root` is
-    /// not a readable directory.
+    /// not a readable directory; [`StoreError::CompressionContradicts`]
+    /// when `options.compression` names an encoding the root holds no
+    /// transcript of while it holds transcripts of the other.
     pub fn open(root: &Path, options: StoreOptions) -> Result<Store> {
         let meta = fs::metadata(root).map_err(|e| StoreError::io("open root", root, e))?;
         if !meta.is_dir() {
@@ -242,10 +244,7 @@ impl Store {
             ));
         }
         let discovery = Discovery::new(root, options.catalog_ttl);
-        let encoding = match options.compression {
-            Some(e) => e,
-            None => detect_encoding(root, &discovery)?,
-        };
+        let encoding = root_encoding(root, &discovery, options.compression)?;
         Ok(Store {
             root: root.to_path_buf(),
             encoding,
@@ -573,10 +572,12 @@ impl Store {
     }
 }
 
-/// Detects a root's encoding from its catalog: raw only when it holds raw
-/// transcripts and no zstd one; a root holding both is reported (zstd is
-/// used).
-fn detect_encoding(root: &Path, discovery: &Discovery) -> Result<Encoding> {
+/// A transcript of each encoding found in the root, if any (the walk stops
+/// once it found both): the session directories holding them.
+fn survey_encodings(
+    root: &Path,
+    discovery: &Discovery,
+) -> Result<(Option<PathBuf>, Option<PathBuf>)> {
     let (mut zstd, mut raw) = (None::<PathBuf>, None::<PathBuf>);
     discovery.for_each_session_dir(|project, session| {
         let dir = root.join(project).join(session);
@@ -588,6 +589,32 @@ fn detect_encoding(root: &Path, discovery: &Discovery) -> Result<Encoding> {
         }
         zstd.is_none() || raw.is_none()
     })?;
+    Ok((zstd, raw))
+}
+
+/// The root's encoding: `asked` (`--compression`) when given, else the
+/// root's own: raw only when it holds raw transcripts and no zstd one; a
+/// root holding both is reported (zstd is used).
+///
+/// Errors: [`StoreError::CompressionContradicts`] when `asked` is an
+/// encoding the root holds no transcript of while it holds some of the
+/// other; [`StoreError::Io`] when the root cannot be listed.
+fn root_encoding(root: &Path, discovery: &Discovery, asked: Option<Encoding>) -> Result<Encoding> {
+    let (zstd, raw) = survey_encodings(root, discovery)?;
+    if let Some(asked) = asked {
+        let (held, other) = match asked {
+            Encoding::Zstd => (&zstd, &raw),
+            Encoding::Raw => (&raw, &zstd),
+        };
+        if let (None, Some(dir)) = (held, other) {
+            return Err(StoreError::CompressionContradicts {
+                root: root.to_path_buf(),
+                asked_zstd: asked == Encoding::Zstd,
+                example: dir.join(asked.opposite().file_name()),
+            });
+        }
+        return Ok(asked);
+    }
     if let (Some(z), Some(r)) = (&zstd, &raw) {
         log::warn!(
             "root {} holds both zstd ({}) and raw ({}) transcripts; serving it as zstd, \
@@ -608,6 +635,56 @@ fn detect_encoding(root: &Path, discovery: &Discovery) -> Result<Encoding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compression_the_root_holds_nothing_of_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let open = |asked| {
+            Store::open(
+                root.path(),
+                StoreOptions {
+                    compression: asked,
+                    ..StoreOptions::default()
+                },
+            )
+        };
+        let put = |session: &str, encoding: Encoding| {
+            let dir = root.path().join("--w--").join(session);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join(encoding.file_name()), b"x").unwrap();
+        };
+        // Empty root: either encoding may be chosen.
+        assert_eq!(open(Some(Encoding::Raw)).unwrap().encoding(), Encoding::Raw);
+        put("a", Encoding::Zstd);
+        match open(Some(Encoding::Raw)) {
+            Err(e @ StoreError::CompressionContradicts { .. }) => {
+                assert_eq!(e.errno(), libc::EINVAL);
+                let text = e.to_string();
+                assert!(text.contains("--compression none"), "{text}");
+                assert!(text.contains("a/session.jsonl.zstd"), "{text}");
+                assert!(text.contains("drop --compression"), "{text}");
+            }
+            other => panic!("zstd root opened as raw: {:?}", other.map(|s| s.encoding())),
+        }
+        assert_eq!(
+            open(Some(Encoding::Zstd)).unwrap().encoding(),
+            Encoding::Zstd
+        );
+        // A root holding both: the option chooses (FORMAT.md, Layout).
+        put("b", Encoding::Raw);
+        assert_eq!(open(Some(Encoding::Raw)).unwrap().encoding(), Encoding::Raw);
+        assert_eq!(open(None).unwrap().encoding(), Encoding::Zstd);
+        // A raw root refuses zstd.
+        fs::remove_dir_all(root.path().join("--w--").join("a")).unwrap();
+        assert!(matches!(
+            open(Some(Encoding::Zstd)),
+            Err(StoreError::CompressionContradicts {
+                asked_zstd: true,
+                ..
+            })
+        ));
+        assert_eq!(open(None).unwrap().encoding(), Encoding::Raw);
+    }
 
     #[test]
     fn lock_files_are_never_listed() {
