@@ -8,6 +8,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -464,7 +465,40 @@ fn a_transcript_replaced_or_removed_in_its_directory_follows_in_the_views() {
         t.contains(&"Replaced title here rep12345".to_string())
             && !t.contains(&"Original title here rep12345".to_string())
     });
-    fs::remove_file(dir.join("session.jsonl.zstd")).unwrap();
+    // Rewritten in place (the same inode), shorter: read again.
+    let third = write_session(
+        scratch.path(),
+        "x_rep12345",
+        common::CORPUS_APP_CWD,
+        ms,
+        "Short.",
+    );
+    let shorter = fs::read(third.join("session.jsonl.zstd")).unwrap();
+    let transcript = dir.join("session.jsonl.zstd");
+    assert!((shorter.len() as u64) < fs::metadata(&transcript).unwrap().len());
+    let ino = fs::metadata(&transcript).unwrap().ino();
+    fs::write(&transcript, &shorter).unwrap();
+    assert_eq!(fs::metadata(&transcript).unwrap().ino(), ino, "in place");
+    within_sweep("the rewritten title", &|| {
+        let t = titles();
+        t.contains(&"Short rep12345".to_string())
+            && !t.contains(&"Replaced title here rep12345".to_string())
+    });
+    // Emptied in place: no header, no session.
+    fs::File::options()
+        .write(true)
+        .open(&transcript)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    within_sweep("an emptied transcript leaves .by-title", &|| {
+        !titles().iter().any(|n| n.contains("rep12345"))
+    });
+    fs::write(&transcript, &shorter).unwrap();
+    within_sweep("written again", &|| {
+        titles().contains(&"Short rep12345".to_string())
+    });
+    fs::remove_file(&transcript).unwrap();
     within_sweep("leaves .by-title", &|| {
         !titles().iter().any(|n| n.contains("rep12345"))
     });

@@ -9,10 +9,10 @@
 //! could share the timestamp) keeps its list of sessions; only its
 //! sessions without a transcript yet, without a title yet, refused, or
 //! damaged are looked at again (one `lstat` each, read again only when the
-//! transcript's identity or size changed). A transcript removed or
-//! replaced inside its session directory changes no project's stamp: a
-//! sweep in the background ([`ViewCatalog::sweep`]) `lstat`s the others
-//! and marks those for the next snapshot. Another project is listed again
+//! transcript's identity or size changed). A transcript removed,
+//! replaced, or truncated in place inside its session directory changes
+//! no project's stamp: a sweep in the background ([`ViewCatalog::sweep`])
+//! `lstat`s the others and marks those for the next snapshot. Another project is listed again
 //! and its sessions are matched by transcript identity (device, inode).
 //! A session is read only when it is new or changed: its transcript is
 //! validated (the checks of [`Store::transcript`]; a duplicate id, the same
@@ -241,11 +241,12 @@ impl ViewCatalog {
         self.sweeper.ended();
     }
 
-    /// `lstat`s the transcript of every settled session (one removed, or
-    /// replaced by another file, inside its session directory changes no
-    /// project's stamp) without holding the catalog meanwhile, and marks
-    /// each changed one to be looked at again by the next snapshot, which
-    /// then revalidates at once. Returns how many were marked.
+    /// `lstat`s the transcript of every settled session (one removed,
+    /// replaced by another file, or made shorter in place inside its
+    /// session directory changes no project's stamp) without holding the
+    /// catalog meanwhile, and marks each changed one to be looked at again
+    /// by the next snapshot, which then revalidates at once; one that grew
+    /// keeps its facts and its new length. Returns how many were marked.
     pub fn sweep(&self, store: &Store) -> usize {
         let file = store.encoding().file_name();
         let projects: Vec<OsString> = self.state.lock().projects.keys().cloned().collect();
@@ -253,7 +254,7 @@ impl ViewCatalog {
         // One project at a time: memory for one project's sessions, and
         // the catalog held only to copy and to mark.
         for p in projects {
-            let seen: Vec<(OsString, u64, u64)> = {
+            let seen: Vec<(OsString, u64, u64, u64)> = {
                 let st = self.state.lock();
                 let Some(project) = st.projects.get(&p) else {
                     continue;
@@ -265,37 +266,56 @@ impl ViewCatalog {
                         Slot::Seen {
                             dev,
                             ino,
+                            len,
                             settled: true,
                             ..
-                        } => Some((s.clone(), *dev, *ino)),
+                        } => Some((s.clone(), *dev, *ino, *len)),
                         _ => None,
                     })
                     .collect()
             };
             let dir = store.root().join(&p);
-            let changed: Vec<(OsString, u64, u64)> = seen
+            // Changed: gone, another file, or shorter than when last seen
+            // (truncated or rewritten in place: transcripts only grow);
+            // `Some(len)`: grown to `len`, the same session.
+            let changed: Vec<(OsString, u64, u64, Option<u64>)> = seen
                 .into_iter()
-                .filter(|(s, dev, ino)| {
-                    fs::symlink_metadata(dir.join(s).join(file))
-                        .map_or(true, |m| (m.dev(), m.ino()) != (*dev, *ino))
+                .filter_map(|(s, dev, ino, len)| {
+                    match fs::symlink_metadata(dir.join(&s).join(file)) {
+                        Ok(m) if (m.dev(), m.ino()) == (dev, ino) && m.len() == len => None,
+                        Ok(m) if (m.dev(), m.ino()) == (dev, ino) && m.len() > len => {
+                            Some((s, dev, ino, Some(m.len())))
+                        }
+                        _ => Some((s, dev, ino, None)),
+                    }
                 })
                 .collect();
             if changed.is_empty() {
                 continue;
             }
             let mut st = self.state.lock();
-            for (s, dev0, ino0) in &changed {
+            for (s, dev0, ino0, grown) in &changed {
                 let slot = st
                     .projects
                     .get_mut(&p)
                     .and_then(|pr| pr.sessions.get_mut(s));
                 if let Some(Slot::Seen {
-                    dev, ino, settled, ..
+                    dev,
+                    ino,
+                    len,
+                    settled,
+                    ..
                 }) = slot
                 {
-                    if (*dev, *ino) == (*dev0, *ino0) {
-                        *settled = false;
-                        marked += 1;
+                    if (*dev, *ino) != (*dev0, *ino0) {
+                        continue;
+                    }
+                    match grown {
+                        Some(to) => *len = (*len).max(*to),
+                        None => {
+                            *settled = false;
+                            marked += 1;
+                        }
                     }
                 }
             }
@@ -439,7 +459,14 @@ fn revisit(
         ..
     } = slot
     {
-        if *dev == meta.dev() && *ino == meta.ino() && (*settled || *len == meta.len()) {
+        // A settled transcript that grew is the same session; one that
+        // shrank was truncated or rewritten in place (transcripts are
+        // append-only) and is read again.
+        if *dev == meta.dev() && *ino == meta.ino() && *len <= meta.len() && *settled {
+            *len = meta.len();
+            return false;
+        }
+        if *dev == meta.dev() && *ino == meta.ino() && *len == meta.len() {
             return false;
         }
     }
