@@ -477,17 +477,10 @@ impl<'a> Parser<'a> {
             offset: at,
             reason: "the JSON text ends early",
         })?;
-        let mut unit = 0u16;
-        for &d in digits {
-            let v = match d {
-                b'0'..=b'9' => d - b'0',
-                b'a'..=b'f' => d - b'a' + 10,
-                b'A'..=b'F' => d - b'A' + 10,
-                _ => return err(at, "bad \\u escape"),
-            };
-            unit = unit << 4 | u16::from(v);
-        }
-        Ok(unit)
+        hex_unit(digits).ok_or(JsonError {
+            offset: at,
+            reason: "bad \\u escape",
+        })
     }
 
     /// A string starting at its opening quote. Returns its text when
@@ -617,6 +610,51 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// The code unit of the four hex digits `digits`, `None` when they are not.
+fn hex_unit(digits: &[u8]) -> Option<u16> {
+    digits.iter().try_fold(0u16, |unit, &d| {
+        let v = (d as char).to_digit(16)?;
+        Some(unit << 4 | v as u16)
+    })
+}
+
+/// `line` with every lone surrogate escape (a `\uD800`-`\uDFFF` escape not
+/// part of a high-low pair) replaced by `\uFFFD`, which has the same
+/// length: serde_json, which refuses lone surrogates, then reads the line
+/// as `JSON.parse` shows it (see [`Parser::code_unit`]). `None` when the
+/// line holds no lone surrogate escape. Bytes outside escapes are not
+/// looked at: a line that is not JSON stays not JSON.
+pub fn lone_surrogates_replaced(line: &[u8]) -> Option<Vec<u8>> {
+    let unit_at = |at: usize| {
+        (line.get(at..at + 2) == Some(b"\\u"))
+            .then(|| line.get(at + 2..at + 6).and_then(hex_unit))
+            .flatten()
+    };
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(unit) = unit_at(i) else {
+            i += 2; // another escape: the escaped byte is not a backslash
+            continue;
+        };
+        let paired = (0xD800..0xDC00).contains(&unit)
+            && unit_at(i + 6).is_some_and(|low| (0xDC00..0xE000).contains(&low));
+        if paired {
+            i += 12;
+        } else {
+            if (0xD800..0xE000).contains(&unit) {
+                out.get_or_insert_with(|| line.to_vec())[i..i + 6].copy_from_slice(b"\\uFFFD");
+            }
+            i += 6;
+        }
+    }
+    out
+}
+
 /// The text of the JSON string literal `raw` (its quotes included), as
 /// `JSON.parse` reads it (lone surrogate escapes as U+FFFD); `None` when
 /// `raw` is not exactly one string literal.
@@ -696,6 +734,33 @@ fn js_number(f: f64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lone_surrogate_escapes_are_replaced_in_place() {
+        let fixed =
+            |s: &str| lone_surrogates_replaced(s.as_bytes()).map(|v| String::from_utf8(v).unwrap());
+        assert_eq!(
+            fixed(r#"{"a":"x\ud800y"}"#).as_deref(),
+            Some(r#"{"a":"x\uFFFDy"}"#)
+        );
+        assert_eq!(
+            fixed(r#"{"a":"\uDC00\ud83d"}"#).as_deref(),
+            Some(r#"{"a":"\uFFFD\uFFFD"}"#)
+        );
+        // A pair, an escaped backslash before `u`, other escapes: kept.
+        assert_eq!(fixed(r#"{"a":"\ud83d\ude00 \\ud800 \n \u00e9"}"#), None);
+        // A high surrogate before a non-surrogate escape is lone.
+        assert_eq!(
+            fixed(r#"["\ud83d\u0041"]"#).as_deref(),
+            Some(r#"["\uFFFD\u0041"]"#)
+        );
+        // What serde_json reads then is what this module's scanner reads.
+        let line = br#"{"type":"user/message","data":{"text":"hi \ud800 there"}}"#;
+        assert!(serde_json::from_slice::<Value>(line).is_err());
+        let v: Value = serde_json::from_slice(&lone_surrogates_replaced(line).unwrap()).unwrap();
+        let ours = parse_object_keeping(line, Utf8::Require, &["data"]).unwrap();
+        assert_eq!(v, Value::Object(ours));
+    }
 
     fn ok(line: &str) -> Map<String, Value> {
         parse_object(line.as_bytes(), Utf8::Require).unwrap_or_else(|e| panic!("{line}: {e}"))

@@ -159,7 +159,11 @@ pub fn scan_title(t: &Transcript, from: u64, to: u64) -> Result<TitleScan> {
 pub fn user_message_title(line: &[u8]) -> Option<String> {
     // Cheap test before parsing: most lines are other events.
     memchr::memmem::find(line, b"\"user/message\"")?;
-    let v: Value = serde_json::from_slice(line).ok()?;
+    // A lone surrogate escape, which serde_json refuses, is read as
+    // `JSON.parse` shows it (U+FFFD).
+    let v: Value = serde_json::from_slice(line).ok().or_else(|| {
+        serde_json::from_slice(&crate::store::json::lone_surrogates_replaced(line)?).ok()
+    })?;
     if v.get("type").and_then(Value::as_str) != Some("user/message") {
         return None;
     }

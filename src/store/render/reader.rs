@@ -19,14 +19,24 @@ const READ_CHUNK: u32 = 512 << 10;
 /// A line parsed for [`Renderer::parsed_line`], or why it cannot be.
 pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
 
-/// Parses one line (without its `\n`) for [`Renderer::parsed_line`]. A
-/// line nested deeper than serde_json goes (128 levels), which the
-/// reference's `JSON.parse` reads, is read by the store's iterative
-/// scanner instead ([`super::super::json`]): its top-level members, and
-/// `data` down to [`super::super::json::KEPT_DEPTH`] levels, deeper
-/// containers shown empty; the rendering goes on after it.
+/// Parses one line (without its `\n`) for [`Renderer::parsed_line`].
+/// Lines the reference's `JSON.parse` reads and serde_json refuses:
+///
+/// - one holding a lone surrogate escape is read with each shown as
+///   U+FFFD ([`super::super::json::lone_surrogates_replaced`]);
+/// - one nested deeper than serde_json goes (128 levels) is read by the
+///   store's iterative scanner ([`super::super::json`]): its top-level
+///   members, and `data` down to [`super::super::json::KEPT_DEPTH`]
+///   levels, deeper containers shown empty.
+///
+/// The rendering goes on after either.
 pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
     J::parse(line).or_else(|e| {
+        if let Some(fixed) = super::super::json::lone_surrogates_replaced(line) {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&fixed) {
+                return Ok(J::from_value(v));
+            }
+        }
         if e.to_string().starts_with("recursion limit exceeded") {
             if let Ok(members) = super::super::json::parse_object_keeping(
                 line,

@@ -209,6 +209,21 @@ fn a_line_nested_deeper_than_serde_json_goes_does_not_stop_the_rendering() {
     assert!(md.ends_with("- `x/after` event, seq 3\n\n"), "{md}");
 }
 
+/// A lone surrogate escape (accepted on write, as `JSON.parse` accepts
+/// it) is shown as U+FFFD; the title and the lines after it render (a
+/// fresh tester's session.md stopped at it, with an empty title).
+#[test]
+fn a_lone_surrogate_is_shown_as_a_replacement_character() {
+    let start = r#"{"type":"turn/start","seq":0,"time":1767614401000,"data":{"turn":1}}"#;
+    let user = r#"{"type":"user/message","seq":1,"time":1767614401000,"data":{"id":"m","role":"user","content":[{"type":"text","text":"Broken \ud83d emoji"}],"source":{"kind":"user"}}}"#;
+    let after = r#"{"type":"x/after","seq":2}"#;
+    let md = render(&[HEADER, start, user, after]);
+    assert!(md.starts_with("# Broken \u{FFFD} emoji\n"), "{md}");
+    assert!(!md.contains("Rendering stopped"), "{md}");
+    assert!(md.contains("Broken \u{FFFD} emoji\n\n"), "{md}");
+    assert!(md.ends_with("- `x/after` event, seq 2\n\n"), "{md}");
+}
+
 /// Control characters of a transcript's text reach session.md visible, not
 /// as bytes a terminal would act on.
 #[test]
