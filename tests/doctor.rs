@@ -1491,3 +1491,73 @@ fn a_fifo_named_like_a_conflict_copy_does_not_block_the_scan() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Every directory of the root is a project directory (FORMAT.md, Layout):
+/// the reference lists a session under `notes/` too: its list() fails for
+/// the whole root (misplaced), and, with the copy in place, the id's
+/// lookups fail (duplicate).
+/// The doctor and `check` report both; `--repair` keeps the copy its
+/// header puts where it is, and the reference then lists the root.
+#[test]
+fn a_session_under_a_directory_not_named_as_a_project_is_reported_and_repaired() {
+    let id = "3f6c1d2e-8a4b-4c1f-9e2d-7b5a6c8d9e0f";
+    let (tmp, root) = case_copy("normal");
+    let placed = root.join(APP).join(id);
+    let stray = root.join("notes").join(id);
+    fs::create_dir_all(stray.parent().unwrap()).unwrap();
+    common::sh_ok(
+        "cp -a \"$1\" \"$2\"",
+        [placed.as_os_str(), stray.as_os_str()],
+    );
+    // The stray copy written last: the copy in place still wins.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    fs::File::options()
+        .write(true)
+        .open(stray.join("session.jsonl.zstd"))
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    let report = oracle::report(&root);
+    assert_eq!(report["list"]["ok"], false, "{}", report["list"]);
+    let s = oracle::oracle_session(&report, id);
+    assert_eq!(
+        s["load"]["ok"], false,
+        "the reference refuses the duplicate: {s}"
+    );
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let got = findings(&report, &root);
+    let stray_file = format!("notes/{id}/session.jsonl.zstd");
+    assert!(
+        got.contains(&("duplicate_id".to_string(), stray_file.clone())),
+        "{got:?}"
+    );
+    let check = sessionfs(tmp.path(), &["check".as_ref(), root.as_os_str()]);
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("PROBLEM") && l.contains(&stray_file)),
+        "{text}"
+    );
+    let (_, repaired) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(repaired["summary"]["problems_left"], 0, "{repaired}");
+    assert!(placed.join("session.jsonl.zstd").exists());
+    assert!(!stray.join("session.jsonl.zstd").exists());
+    assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+
+    // Alone under `notes/`: misplaced, and the reference's list() fails.
+    let (tmp, root) = case_copy("normal");
+    let stray = root.join("notes").join(id);
+    fs::create_dir_all(stray.parent().unwrap()).unwrap();
+    fs::rename(root.join(APP).join(id), &stray).unwrap();
+    let report = oracle::report(&root);
+    assert_eq!(report["list"]["ok"], false, "{}", report["list"]);
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    assert!(
+        findings(&report, &root).contains(&("misplaced".to_string(), stray_file)),
+        "{report}"
+    );
+    doctor_json(tmp.path(), &root, &["--repair"]);
+    assert!(root.join(APP).join(id).join("session.jsonl.zstd").exists());
+    assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+}

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::super::lease::{LeaseConfig, LockBody, BODY_LEN, LOCK_NAME};
-use super::super::naming::is_project_dir_os;
 use super::super::transcript::Encoding;
 use super::super::{is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp};
 use super::finding::{Finding, Kind};
@@ -95,10 +94,12 @@ pub fn walk_root(root: &Path, now: SystemTime) -> Layout {
             return out;
         }
     };
+    // Every directory of the root is a project directory (FORMAT.md,
+    // Layout), whatever its name: the reference lists them all, so a
+    // session under `notes/` makes its list() fail (misplaced), and the
+    // same id under a `--key--` directory is a duplicate.
     for p in projects {
-        let name = p.file_name();
-        let is_project = is_project_dir_os(&name);
-        if !is_project || !p.file_type().is_ok_and(|t| t.is_dir()) {
+        if !p.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         walk_project(&p.path(), now, &mut out);

@@ -127,13 +127,25 @@ fn identity_findings(scan: &mut Scan) {
         let first = scan.files[v[0]].path.parent();
         v.iter().any(|&i| scan.files[i].path.parent() != first)
     };
+    // Where a transcript's header puts it (`None`: no usable header).
+    let expected_dir = |f: &FileScan| {
+        let h = f.header.as_ref()?;
+        Some(
+            root.join(h.project_dir_name().ok()?)
+                .join(h.session_dir_name().ok()?),
+        )
+    };
     for idx in by_dir.values().filter(|v| v.len() > 1).filter(apart) {
-        // The most recently written copy stays; the others are set aside.
+        // The copy its header puts where it is stays (a copy under another
+        // directory, `notes/<id>/`, is the stray one), else the most
+        // recently written; the others are set aside.
         let newest = *idx
             .iter()
             .max_by_key(|&&i| {
-                let m = std::fs::metadata(&scan.files[i].path).and_then(|m| m.modified());
-                (m.ok(), std::cmp::Reverse(scan.files[i].path.clone()))
+                let f = &scan.files[i];
+                let placed = expected_dir(f).is_some_and(|d| f.path.parent() == Some(d.as_path()));
+                let m = std::fs::metadata(&f.path).and_then(|m| m.modified());
+                (placed, m.ok(), std::cmp::Reverse(f.path.clone()))
             })
             .expect("non-empty");
         for &i in idx.iter().filter(|&&i| i != newest) {
@@ -141,8 +153,8 @@ fn identity_findings(scan: &mut Scan) {
                 &scan.files[i].path,
                 Kind::DuplicateId,
                 format!(
-                    "the same session directory name is in {} project directories; the most \
-                     recently written copy, {}, stays",
+                    "the same session directory name is in {} project directories; {} stays \
+                     (the copy in the place its header names, else the most recently written)",
                     idx.len(),
                     super::error::Shown(&scan.files[newest].path)
                 ),
@@ -152,14 +164,12 @@ fn identity_findings(scan: &mut Scan) {
     let duplicates: std::collections::HashSet<PathBuf> =
         new.iter().map(|d| d.path.clone()).collect();
     for f in &scan.files {
-        let Some(h) = &f.header else { continue };
         if duplicates.contains(&f.path) {
             continue;
         }
-        let (Ok(project), Ok(session)) = (h.project_dir_name(), h.session_dir_name()) else {
+        let Some(expected) = expected_dir(f) else {
             continue;
         };
-        let expected = root.join(&project).join(&session);
         if f.path.parent() != Some(expected.as_path()) {
             new.push(Finding::new(
                 &f.path,
