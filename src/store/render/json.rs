@@ -22,6 +22,12 @@ pub enum J<'a> {
     Obj(Vec<(Cow<'a, str>, J<'a>)>),
 }
 
+/// `f` when it is a whole number JavaScript holds exactly (|f| <= 2^53).
+fn whole(f: f64) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
+}
+
 /// The value of a missing key.
 pub static NULL: J<'static> = J::Null;
 
@@ -72,17 +78,23 @@ impl<'a> J<'a> {
         }
     }
 
+    /// The number as a `u64` when it is a whole number in range, as
+    /// JavaScript sees numbers: `104`, `104.0` and `1.04e2` are one value
+    /// (the write path accepts each as `seq` 104).
     pub fn as_u64(&self) -> Option<u64> {
         match self {
             J::U64(n) => Some(*n),
+            J::F64(f) => whole(*f).and_then(|i| u64::try_from(i).ok()),
             _ => None,
         }
     }
 
+    /// As [`J::as_u64`], for an `i64`.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
             J::U64(n) => i64::try_from(*n).ok(),
             J::I64(n) => Some(*n),
+            J::F64(f) => whole(*f),
             _ => None,
         }
     }

@@ -224,6 +224,21 @@ fn a_lone_surrogate_is_shown_as_a_replacement_character() {
     assert!(md.ends_with("- `x/after` event, seq 2\n\n"), "{md}");
 }
 
+/// A `seq` written as `1.04e2` or `104.0` (accepted on write: JavaScript
+/// reads it as 104) is shown as seq 104.
+#[test]
+fn a_seq_written_with_an_exponent_is_shown_as_its_number() {
+    let user =
+        r#"{"type":"user/message","seq":0,"data":{"content":[{"type":"text","text":"hi"}]}}"#;
+    let a = r#"{"type":"x/a","seq":1.04e2}"#;
+    let b = r#"{"type":"x/b","seq":105.0}"#;
+    let c = r#"{"type":"x/c","seq":1.5}"#;
+    let md = render(&[HEADER, user, a, b, c]);
+    assert!(md.contains("- `x/a` event, seq 104\n"), "{md}");
+    assert!(md.contains("- `x/b` event, seq 105\n"), "{md}");
+    assert!(md.contains("- `x/c` event, no seq\n"), "{md}");
+}
+
 /// Control characters of a transcript's text reach session.md visible, not
 /// as bytes a terminal would act on.
 #[test]
