@@ -364,7 +364,7 @@ impl Appender<'_> {
     pub fn append_lines(&mut self, lines: &[u8]) -> Result<usize> {
         if !lines.is_empty() && !lines.ends_with(b"\n") {
             return Err(Error::Store(StoreError::InvalidLine {
-                path: self.root.path().to_path_buf(),
+                path: self.writer.path_for_errors(&self.root.store),
                 line: lines.iter().filter(|&&b| b == b'\n').count() + 1,
                 reason: "the line has no newline at its end; end every line with \\n".into(),
             }));

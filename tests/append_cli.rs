@@ -136,6 +136,14 @@ fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
             "{what}: the message does not say {needle:?}: {}",
             stderr(&out)
         );
+        if i == 2 {
+            // The message names the transcript, not the root.
+            assert!(
+                stderr(&out).contains(&format!("{}:", path.display())),
+                "{what}: {}",
+                stderr(&out)
+            );
+        }
         assert_eq!(tree(&root), before, "{what}: the tree changed");
         assert_eq!(
             fs::read(&path).unwrap(),

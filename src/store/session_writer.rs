@@ -171,7 +171,7 @@ impl SessionWriter {
 
     /// The transcript path for messages: the backing file when known,
     /// else the root.
-    fn path_for_errors(&self, store: &Store) -> PathBuf {
+    pub fn path_for_errors(&self, store: &Store) -> PathBuf {
         match self.session_dir() {
             Some(dir) => store.backing_path(&dir).join(store.encoding().file_name()),
             None => store.root().to_path_buf(),
