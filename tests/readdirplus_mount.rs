@@ -110,7 +110,7 @@ fn entries_sent_without_attributes_are_listed_with_their_inode_numbers() {
         let st = fs::symlink_metadata(session.join(name)).unwrap();
         assert_eq!(*ino, st.ino(), "d_ino of {name} is its st_ino");
     }
-    // A view's links, listed without attributes, likewise.
+    // A view's links, with or without attributes, likewise.
     let titles = mount.join(".by-title");
     let links = dir_inos(&titles);
     assert_eq!(links.len(), SESSIONS, "{links:?}");
@@ -236,4 +236,58 @@ fn a_mount_other_users_reach_answers_opendir() {
     // Its per-user views must stay out of the cache the users share.
     assert!(requests(&mount, "opendir") >= 1, "{}", mount.status());
     mount.stop();
+}
+
+/// A view directory listed on its own (`ls -l`, a file manager) sends its
+/// links with their attributes: stat-ing them sends no lookup each. One
+/// listed within the walk gap of another directory's listing (`find`)
+/// sends them without: the kernel's cost of taking them with attributes
+/// is three times the walk's (README, Scale). The gap is set to 0 (never a
+/// walk) and to 10 s (always one) so that the host's speed decides
+/// nothing.
+#[test]
+fn a_view_listed_on_its_own_sends_its_links_attributes_and_a_walk_does_not() {
+    let root = root_with_sessions();
+    let bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
+    let limit = common::watchdog_duration();
+    let stat_links = |mount: &Mount| {
+        let titles = mount.join(".by-title");
+        let listed = run_ok("ls", ["-l".as_ref(), titles.as_os_str()], None);
+        let links = String::from_utf8(listed).unwrap().lines().count() - 1;
+        assert_eq!(links, SESSIONS);
+        links
+    };
+
+    let alone = Mount::start_custom(
+        bin,
+        root.path(),
+        &[],
+        limit,
+        &[("SESSIONFS_WALK_GAP_MS", "0")],
+    );
+    let before = requests(&alone, "lookup");
+    stat_links(&alone);
+    let lookups = requests(&alone, "lookup") - before;
+    assert!(
+        lookups < 10,
+        "ls -l of .by-title alone sent {lookups} lookups"
+    );
+    alone.stop();
+
+    let walk = Mount::start_custom(
+        bin,
+        root.path(),
+        &[],
+        limit,
+        &[("SESSIONFS_WALK_GAP_MS", "10000")],
+    );
+    fs::read_dir(walk.join(PROJECT)).unwrap().for_each(drop);
+    let before = requests(&walk, "lookup");
+    stat_links(&walk);
+    let lookups = requests(&walk, "lookup") - before;
+    assert!(
+        lookups >= SESSIONS as u64,
+        "ls -l of .by-title within a walk sent {lookups} lookups"
+    );
+    walk.stop();
 }

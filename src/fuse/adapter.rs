@@ -468,7 +468,7 @@ impl Filesystem for Adapter {
             || format!("inode {}", ino.0),
             || {
                 let entries = self.core.readdir_as(&caller, ino.0, offset)?;
-                let attrs = self.core.listed_attrs(&caller, ino.0);
+                let attrs = self.core.listed_attrs(&caller, ino.0, offset);
                 let rest = after(&entries, offset);
                 ended = rest.is_empty();
                 for (cookie, e) in rest {

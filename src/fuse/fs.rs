@@ -14,7 +14,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -89,9 +89,13 @@ struct KeptListing {
 /// - `.` and `..`;
 /// - a session's `session.jsonl` and `session.md`: their size costs a
 ///   frame walk or a rendering;
-/// - a link of a `.by-cwd`, `.by-date` or `.by-title` view: `find` walks
-///   the views without stat-ing their links, and the attributes of 10,000
-///   links cost it more than the walk (README, Scale);
+/// - a link of a `.by-cwd`, `.by-date` or `.by-title` view listed as part
+///   of a walk (its listing began within [`WALK_GAP`] of another
+///   directory's): `find` walks the views without stat-ing their links,
+///   and the kernel's cost of taking 10,000 links with attributes (an
+///   inode each) is three times the walk's (README, Scale). A view
+///   directory listed on its own (`ls -l`, a file manager) sends them:
+///   its links are then stat-ed without a lookup each;
 /// - every entry of a per-user view (see [`SessionFs::is_per_user`]);
 /// - an entry whose lookup fails (the caller's own lookup then meets the
 ///   error).
@@ -100,6 +104,25 @@ pub struct ListedAttrs<'a> {
     /// The directory's node; `None` sends every entry without attributes.
     node: Option<Node>,
     caller: &'a Caller,
+    /// Whether a view's links go with their attributes (not a walk).
+    links: bool,
+}
+
+/// Listings of two directories that begin this close together are taken
+/// as one walk (`find`, `du`, an indexer) by [`ListedAttrs`]; a person's
+/// commands and a file manager's clicks are further apart.
+pub const WALK_GAP: Duration = Duration::from_millis(50);
+
+/// The environment variable that sets [`WALK_GAP`] in milliseconds (for
+/// tests and measurements: `0` never takes listings as a walk).
+pub const WALK_GAP_ENV: &str = "SESSIONFS_WALK_GAP_MS";
+
+/// The latest directory listing begun (a `readdirplus` at offset 0).
+struct ListingStart {
+    ino: u64,
+    at: Instant,
+    /// What [`ListedAttrs`] decided for a view's links in it.
+    links: bool,
 }
 
 impl ListedAttrs<'_> {
@@ -114,7 +137,7 @@ impl ListedAttrs<'_> {
             Node::Session { .. } if name == VIEW_NAME || name == super::rendered::RENDERED_NAME => {
                 None
             }
-            Node::ViewDir { .. } if kind == Kind::Symlink => None,
+            Node::ViewDir { .. } if kind == Kind::Symlink && !self.links => None,
             _ => fs.lookup_as(self.caller, self.parent, name).ok(),
         }
     }
@@ -200,6 +223,10 @@ pub struct SessionFs {
     /// or `.by-id` while what it was made from holds ([`KeptListing`]).
     /// Keyed by inode and, for per-user views, the caller's view key.
     listings: Mutex<lru::LruCache<(u64, u64), KeptListing>>,
+    /// The latest listing begun ([`SessionFs::links_with_attrs`]).
+    latest_listing: Mutex<Option<ListingStart>>,
+    /// [`WALK_GAP`], or what [`WALK_GAP_ENV`] sets.
+    walk_gap: Duration,
     /// Open renderings of `session.md` files (`rendered.rs`).
     pub(super) renderings: super::rendered::Renderings,
     /// The root's attributes as last read, answered while the root cannot
@@ -308,6 +335,11 @@ impl SessionFs {
             )),
             renderings: Default::default(),
             last_root: Mutex::new(None),
+            latest_listing: Mutex::new(None),
+            walk_gap: std::env::var(WALK_GAP_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(WALK_GAP, Duration::from_millis),
         }
     }
 
@@ -710,9 +742,15 @@ impl SessionFs {
         attr
     }
 
-    /// Which entries of directory `parent` a `readdirplus` reply sends
-    /// with attributes, for `caller` (see [`ListedAttrs`]).
-    pub fn listed_attrs<'a>(&self, caller: &'a Caller, parent: u64) -> ListedAttrs<'a> {
+    /// Which entries of directory `parent` a `readdirplus` reply at
+    /// cookie `offset` sends with attributes, for `caller` (see
+    /// [`ListedAttrs`]).
+    pub fn listed_attrs<'a>(
+        &self,
+        caller: &'a Caller,
+        parent: u64,
+        offset: u64,
+    ) -> ListedAttrs<'a> {
         let node = if self.is_per_user(parent) {
             None
         } else {
@@ -722,7 +760,29 @@ impl SessionFs {
             parent,
             node,
             caller,
+            links: self.links_with_attrs(parent, offset),
         }
+    }
+
+    /// Whether a listing of `parent` at cookie `offset` sends a view's
+    /// links with their attributes: at offset 0 (a listing begins), unless
+    /// another directory's listing began within [`WALK_GAP`]; later calls
+    /// of the same listing as its first.
+    fn links_with_attrs(&self, parent: u64, offset: u64) -> bool {
+        let mut latest = self.latest_listing.lock();
+        if offset != 0 {
+            return latest.as_ref().is_some_and(|l| l.ino == parent && l.links);
+        }
+        let now = Instant::now();
+        let links = !latest
+            .as_ref()
+            .is_some_and(|l| l.ino != parent && now.duration_since(l.at) < self.walk_gap);
+        *latest = Some(ListingStart {
+            ino: parent,
+            at: now,
+            links,
+        });
+        links
     }
 
     /// The inode number of `node`, entry `path`'s last component of

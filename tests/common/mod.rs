@@ -487,7 +487,8 @@ impl Drop for WatchedMountPoint {
     }
 }
 
-fn watchdog_duration() -> Duration {
+/// How long a mount may live before its watchdog detaches it.
+pub fn watchdog_duration() -> Duration {
     std::env::var("SESSIONFS_TEST_WATCHDOG_SECS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
