@@ -460,3 +460,30 @@ corpus_case! {
     corpus_identity_moved => "identity-moved",
     corpus_stray_files => "stray-files",
 }
+
+/// A root holding transcripts of both encodings is reported at start-up
+/// (MOUNT.md, Mount options), by a walk of the whole root on a thread of
+/// its own (the store's own start walks a zstd root only to its first
+/// zstd transcript); the mount serves it as zstd meanwhile.
+#[test]
+fn a_root_of_both_encodings_is_reported_as_the_mount_starts() {
+    let (_tmp, root) = copy_case("mismatch");
+    let mnt = Mount::start(&root, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !mnt.log().contains("holds both zstd") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no report within 20 s: {}",
+            mnt.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let log = mnt.log();
+    assert!(
+        log.contains("raw-session") && log.contains("serving it as zstd"),
+        "{log}"
+    );
+    let status = mnt.status();
+    assert_eq!(status["options"]["compression"], "zstd", "{status}");
+    mnt.stop();
+}

@@ -252,6 +252,8 @@ pub fn run_mount(
     core.set_pending_budget(config.pending_budget);
     core.set_single_caller(!(config.allow_other || config.allow_root));
     let core = Arc::new(core);
+    let survey = Arc::clone(&core.store);
+    spawn_named("sessionfs-survey", move || survey.report_mixed_encodings())?;
     // The first listing of a view after a mount need not wait for the
     // views' snapshot (see `warm_views`).
     let warm = Arc::clone(&core);

@@ -572,11 +572,13 @@ impl Store {
     }
 }
 
-/// A transcript of each encoding found in the root, if any (the walk stops
-/// once it found both): the session directories holding them.
+/// A transcript of each encoding found in the root, if any: the session
+/// directories holding them. The walk stops once `enough` says so (given
+/// what was found so far), or at the end of the root.
 fn survey_encodings(
     root: &Path,
     discovery: &Discovery,
+    enough: impl Fn(bool, bool) -> bool,
 ) -> Result<(Option<PathBuf>, Option<PathBuf>)> {
     let (mut zstd, mut raw) = (None::<PathBuf>, None::<PathBuf>);
     discovery.for_each_session_dir(|project, session| {
@@ -587,49 +589,69 @@ fn survey_encodings(
         if raw.is_none() && exists(&dir.join(Encoding::Raw.file_name())) {
             raw = Some(dir.clone());
         }
-        zstd.is_none() || raw.is_none()
+        !enough(zstd.is_some(), raw.is_some())
     })?;
     Ok((zstd, raw))
 }
 
 /// The root's encoding: `asked` (`--compression`) when given, else the
-/// root's own: raw only when it holds raw transcripts and no zstd one; a
-/// root holding both is reported (zstd is used).
+/// root's own: zstd when it holds a zstd transcript or none at all, raw
+/// when it holds raw transcripts only. The root is walked only until
+/// that is known (for a zstd root, to its first zstd transcript); a root
+/// holding both is reported by [`Store::report_mixed_encodings`].
 ///
 /// Errors: [`StoreError::CompressionContradicts`] when `asked` is an
 /// encoding the root holds no transcript of while it holds some of the
 /// other; [`StoreError::Io`] when the root cannot be listed.
 fn root_encoding(root: &Path, discovery: &Discovery, asked: Option<Encoding>) -> Result<Encoding> {
-    let (zstd, raw) = survey_encodings(root, discovery)?;
-    if let Some(asked) = asked {
-        let (held, other) = match asked {
-            Encoding::Zstd => (&zstd, &raw),
-            Encoding::Raw => (&raw, &zstd),
+    let Some(asked) = asked else {
+        let (zstd, raw) = survey_encodings(root, discovery, |zstd, _| zstd)?;
+        return Ok(if raw.is_some() && zstd.is_none() {
+            Encoding::Raw
+        } else {
+            Encoding::Zstd
+        });
+    };
+    let (zstd, raw) = survey_encodings(root, discovery, |zstd, raw| match asked {
+        Encoding::Zstd => zstd,
+        Encoding::Raw => raw,
+    })?;
+    let (held, other) = match asked {
+        Encoding::Zstd => (&zstd, &raw),
+        Encoding::Raw => (&raw, &zstd),
+    };
+    if let (None, Some(dir)) = (held, other) {
+        return Err(StoreError::CompressionContradicts {
+            root: root.to_path_buf(),
+            asked_zstd: asked == Encoding::Zstd,
+            example: dir.join(asked.opposite().file_name()),
+        });
+    }
+    Ok(asked)
+}
+
+impl Store {
+    /// Walks the whole root and logs a warning when it holds transcripts
+    /// of both encodings (MOUNT.md, Mount options: reported at start-up;
+    /// the mount calls it on a thread of its own as it starts, so that
+    /// [`Store::open`] walks a zstd root only to its first transcript).
+    /// Transcripts of the other encoding than the store's fail with EIO.
+    pub fn report_mixed_encodings(&self) {
+        let Ok((Some(z), Some(r))) = survey_encodings(&self.root, &self.discovery, |z, r| z && r)
+        else {
+            return;
         };
-        if let (None, Some(dir)) = (held, other) {
-            return Err(StoreError::CompressionContradicts {
-                root: root.to_path_buf(),
-                asked_zstd: asked == Encoding::Zstd,
-                example: dir.join(asked.opposite().file_name()),
-            });
-        }
-        return Ok(asked);
-    }
-    if let (Some(z), Some(r)) = (&zstd, &raw) {
         log::warn!(
-            "root {} holds both zstd ({}) and raw ({}) transcripts; serving it as zstd, \
-             raw transcripts fail with EIO; use --compression to choose",
-            root.display(),
+            "root {} holds both zstd ({}) and raw ({}) transcripts; serving it as {}, \
+             transcripts of the other encoding fail with EIO; use --compression to choose, \
+             or convert them with `sessionfs doctor --repair {}`",
+            self.root.display(),
             z.display(),
-            r.display()
+            r.display(),
+            doctor::layout::name_of(self.encoding),
+            self.root.display()
         );
-        return Ok(Encoding::Zstd);
     }
-    Ok(if raw.is_some() && zstd.is_none() {
-        Encoding::Raw
-    } else {
-        Encoding::Zstd
-    })
 }
 
 #[cfg(test)]
