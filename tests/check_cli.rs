@@ -226,7 +226,7 @@ fn many_skippable_frames_are_one_problem() {
         );
         if target == &root {
             assert!(
-                err.contains("1 transcripts checked, 1 problems found"),
+                err.contains("1 transcript checked, 1 problem found"),
                 "{err}"
             );
         }

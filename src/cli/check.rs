@@ -226,9 +226,9 @@ fn check_root(root: &Path, repair: bool) -> u8 {
     }
     let problems = scan.findings().filter(|f| !f.kind.content_only()).count();
     eprintln!(
-        "{} transcripts checked, {} problems found{}",
-        paths.len(),
-        problems,
+        "{} checked, {} found{}",
+        super::counted(paths.len() as u64, "transcript", "transcripts"),
+        super::counted(problems as u64, "problem", "problems"),
         if repair {
             " (torn tails repaired where found)"
         } else {

@@ -213,9 +213,15 @@ pub(super) fn text_report(r: &Report, verbose: bool) -> String {
     }
     let s = &r.summary;
     out.push_str(&format!(
-        "{} sessions scanned: {} clean, {} repaired, {} set aside, {} refused by the reference \
-         for content only, {} problems left; {} bytes\n",
-        s.sessions_scanned, s.clean, s.repaired, s.set_aside, s.refused, s.problems_left, s.bytes
+        "{} scanned: {} clean, {} repaired, {} set aside, {} refused by the reference \
+         for content only, {} left; {} bytes\n",
+        super::counted(s.sessions_scanned, "session", "sessions"),
+        s.clean,
+        s.repaired,
+        s.set_aside,
+        s.refused,
+        super::counted(s.problems_left, "problem", "problems"),
+        s.bytes
     ));
     out
 }

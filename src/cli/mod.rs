@@ -283,6 +283,12 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
 
 /// Prints `sessionfs: MESSAGE` on stderr (and, in a daemon started by the
 /// mount(8) helper form, to the waiting parent); returns exit status 1.
+/// `n` and the noun, singular for 1 (`1 problem`, `2 problems`).
+pub(super) fn counted(n: impl Into<u64>, singular: &str, plural: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 pub(super) fn fail(message: impl std::fmt::Display) -> u8 {
     let text = format!("sessionfs: {message}");
     eprintln!("{text}");
