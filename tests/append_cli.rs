@@ -50,23 +50,6 @@ fn transcript(root: &Path, id: &str) -> PathBuf {
         .join("session.jsonl.zstd")
 }
 
-/// Every path under `root`, sorted (to prove a refusal created nothing).
-fn tree(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p.clone());
-            }
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
     let tmp = tempfile::tempdir().unwrap();
@@ -86,7 +69,7 @@ fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
     assert_exit(&append(&root, CSE_X, &more), 0, "continue by body");
     text += &more;
     assert_eq!(String::from_utf8(zstd_dc(&path)).unwrap(), text);
-    let before = tree(&root);
+    let before = common::all_paths(&root);
     let bytes = fs::read(&path).unwrap();
 
     // Refusals leave every file as it was and create nothing.
@@ -144,7 +127,7 @@ fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
                 stderr(&out)
             );
         }
-        assert_eq!(tree(&root), before, "{what}: the tree changed");
+        assert_eq!(common::all_paths(&root), before, "{what}: the tree changed");
         assert_eq!(
             fs::read(&path).unwrap(),
             bytes,
@@ -159,7 +142,7 @@ fn append_creates_only_for_an_exact_id_and_continues_a_found_session() {
     let out = append(&root, other, &other_text);
     assert_exit(&out, 1, "a body match is continued, not created beside");
     assert!(stderr(&out).contains("header"), "{}", stderr(&out));
-    assert_eq!(tree(&root), before);
+    assert_eq!(common::all_paths(&root), before);
 
     // Created on purpose through the library, two sessions share a body:
     // a third prefix is then ambiguous (exit 3).

@@ -504,7 +504,7 @@ fn mount_refuses_a_compression_the_root_holds_nothing_of() {
     let f = Fixture::corpus("normal");
     let mnt = f.elsewhere.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
-    let before = listing(&f.root);
+    let before = common::all_paths(&f.root);
     let o = f.run([
         OsStr::new("mount"),
         f.root.as_os_str(),
@@ -520,28 +520,11 @@ fn mount_refuses_a_compression_the_root_holds_nothing_of() {
             && err.contains("drop --compression"),
         "{err}"
     );
-    assert_eq!(listing(&f.root), before, "the root is untouched");
+    assert_eq!(common::all_paths(&f.root), before, "the root is untouched");
     assert!(
         !fs::read_to_string("/proc/self/mountinfo")
             .unwrap()
             .contains(mnt.to_str().unwrap()),
         "nothing was mounted"
     );
-}
-
-/// Every path under `dir`, sorted.
-fn listing(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p.clone());
-            }
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }

@@ -248,43 +248,35 @@ fn a_mount_other_users_reach_answers_opendir() {
 #[test]
 fn a_view_listed_on_its_own_sends_its_links_attributes_and_a_walk_does_not() {
     let root = root_with_sessions();
-    let bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
-    let limit = common::watchdog_duration();
-    let stat_links = |mount: &Mount| {
+    let mount_with_gap = |ms: &str| {
+        let bin = Path::new(env!("CARGO_BIN_EXE_sessionfs"));
+        let envs = [("SESSIONFS_WALK_GAP_MS", ms)];
+        Mount::start_custom(bin, root.path(), &[], common::watchdog_duration(), &envs)
+    };
+    // Lookups `ls -l .by-title` sends, after `before` ran.
+    let lookups_of_ls = |mount: &Mount, before: &dyn Fn()| {
+        before();
+        let at_start = requests(mount, "lookup");
         let titles = mount.join(".by-title");
         let listed = run_ok("ls", ["-l".as_ref(), titles.as_os_str()], None);
-        let links = String::from_utf8(listed).unwrap().lines().count() - 1;
-        assert_eq!(links, SESSIONS);
-        links
+        assert_eq!(
+            String::from_utf8(listed).unwrap().lines().count() - 1,
+            SESSIONS
+        );
+        requests(mount, "lookup") - at_start
     };
 
-    let alone = Mount::start_custom(
-        bin,
-        root.path(),
-        &[],
-        limit,
-        &[("SESSIONFS_WALK_GAP_MS", "0")],
-    );
-    let before = requests(&alone, "lookup");
-    stat_links(&alone);
-    let lookups = requests(&alone, "lookup") - before;
+    let alone = mount_with_gap("0");
+    let lookups = lookups_of_ls(&alone, &|| {});
     assert!(
         lookups < 10,
         "ls -l of .by-title alone sent {lookups} lookups"
     );
     alone.stop();
 
-    let walk = Mount::start_custom(
-        bin,
-        root.path(),
-        &[],
-        limit,
-        &[("SESSIONFS_WALK_GAP_MS", "10000")],
-    );
-    fs::read_dir(walk.join(PROJECT)).unwrap().for_each(drop);
-    let before = requests(&walk, "lookup");
-    stat_links(&walk);
-    let lookups = requests(&walk, "lookup") - before;
+    let walk = mount_with_gap("10000");
+    let project = walk.join(PROJECT);
+    let lookups = lookups_of_ls(&walk, &|| fs::read_dir(&project).unwrap().for_each(drop));
     assert!(
         lookups >= SESSIONS as u64,
         "ls -l of .by-title within a walk sent {lookups} lookups"

@@ -1509,19 +1509,13 @@ mod protocol_tests {
         assert!(walk(q.path()).is_empty());
     }
 
+    /// The files under `dir` but the quarantine's notes.
     fn walk(dir: &Path) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            for e in fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.file_name().unwrap() != "note.txt" {
-                    out.push(p);
-                }
-            }
-        }
-        out
+        walkdir::WalkDir::new(dir)
+            .into_iter()
+            .map(|e| e.unwrap())
+            .filter(|e| !e.file_type().is_dir() && e.file_name() != "note.txt")
+            .map(|e| e.into_path())
+            .collect()
     }
 }

@@ -996,21 +996,27 @@ pub fn vm_rss_kib(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
 }
 
-/// Every regular file (and link) under `dir`, depth first, in no order.
+/// Every path under `dir` (directories included), sorted: to prove that
+/// a refusal created or removed nothing.
+pub fn all_paths(dir: &Path) -> Vec<PathBuf> {
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| e.unwrap().into_path())
+        .collect()
+}
+
+/// Every file that is not a directory (links included, not followed)
+/// under `dir`, in path order.
 pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
+    walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| !e.file_type().is_dir())
+        .map(|e| e.into_path())
+        .collect()
 }
 
 /// The cwd of the corpus's `--home-alice-work-app--` sessions, as the
