@@ -1,4 +1,4 @@
-//! `sessionfs list --by cwd|date`, `--since` and `--grep-title` (issue 14)
+//! `sessionfs list --by cwd|date|title`, `--since` and `--grep-title` (issue 14)
 //! over a copy of the corpus, against the corpus's own headers and
 //! `date(1)`.
 
@@ -145,5 +145,48 @@ fn list_by_reports_the_sessions_it_leaves_out() {
         assert_eq!(out.status.code(), Some(1), "--by {by}");
         assert_eq!(String::from_utf8_lossy(&out.stderr), table_err, "--by {by}");
         assert!(!out.stdout.is_empty(), "--by {by}: no tree");
+    }
+}
+
+#[test]
+fn list_by_title_prints_each_session_once_named_by_its_short_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    copy_tree(&corpus_dir().join("normal/root"), &root);
+    let cache = tmp.path().join("cache");
+    let (text, code) = list(&root, &cache, &["--by", "title"]);
+    assert_eq!(code, 0, "{text}");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(".by-title/"));
+    // A flat view: every other line is one link, indented once.
+    let mut found: BTreeMap<String, String> = BTreeMap::new();
+    for line in lines {
+        let item = line
+            .strip_prefix("  ")
+            .unwrap_or_else(|| panic!("{line:?}"));
+        assert!(!item.starts_with(' ') && !item.ends_with('/'), "{line:?}");
+        let (name, target) = item.rsplit_once(" -> ").unwrap();
+        assert!(
+            found.insert(target.to_string(), name.to_string()).is_none(),
+            "{target}"
+        );
+    }
+    let headers = headers();
+    assert_eq!(found.len(), headers.len(), "{text}");
+    for (id, (_, dir)) in &headers {
+        // The short id: the first 8 characters of the id's body (the
+        // part after its last `_`), unless the name carries the full id.
+        let body = id.rsplit('_').next().unwrap();
+        // `/` and control characters cannot be in a name: `_`.
+        let short: String = body
+            .chars()
+            .take(8)
+            .map(|c| if c == '/' || c.is_control() { '_' } else { c })
+            .collect();
+        let name = &found[dir];
+        assert!(
+            name.ends_with(&short) || name.ends_with(id.as_str()),
+            "{name} for {id}"
+        );
     }
 }

@@ -24,8 +24,8 @@ pub(super) struct ListArgs {
     /// Print a JSON array instead of a table.
     #[arg(long)]
     pub(super) json: bool,
-    /// Print the sessions as the mount's `.by-cwd` or `.by-date` tree.
-    #[arg(long, value_enum, value_name = "cwd|date", conflicts_with_all = ["json", "project"])]
+    /// Print the sessions as the mount's `.by-cwd`, `.by-date` or `.by-title` tree.
+    #[arg(long, value_enum, value_name = "cwd|date|title", conflicts_with_all = ["json", "project"])]
     pub(super) by: Option<ByView>,
     /// Only sessions created at or after DATE: YYYY-MM-DD (local time,
     /// TZ respected) or an RFC 3339 time.

@@ -1,5 +1,5 @@
-//! `sessionfs list --by cwd|date`, `--since DATE`, `--grep-title WORDS`:
-//! the mount's `.by-cwd` and `.by-date` views as trees on stdout, and the
+//! `sessionfs list --by cwd|date|title`, `--since DATE`, `--grep-title WORDS`:
+//! the mount's `.by-cwd`, `.by-date` and `.by-title` views as trees on stdout, and the
 //! filters of issue 14. The facts come from the views' catalog
 //! ([`crate::store::views`]), persisted under the index cache like the
 //! mount's.
@@ -23,6 +23,8 @@ pub(super) enum ByView {
     Cwd,
     /// Year, month and day of creation, local time (`.by-date`).
     Date,
+    /// One flat list by title (`.by-title`).
+    Title,
 }
 
 /// The filters of `list`.
@@ -163,6 +165,7 @@ pub(super) fn write_tree(out: &mut impl Write, snap: &ViewSnapshot, by: ByView) 
     let view = match by {
         ByView::Cwd => ViewKind::Cwd,
         ByView::Date => ViewKind::Date,
+        ByView::Title => ViewKind::Title,
     };
     writeln!(out, "{}/", view.dir_name())?;
     // An explicit stack: the depth is the input's, never recursion.
