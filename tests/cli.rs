@@ -528,3 +528,20 @@ fn mount_refuses_a_compression_the_root_holds_nothing_of() {
         "nothing was mounted"
     );
 }
+
+#[test]
+fn list_aligns_its_columns_by_terminal_width() {
+    let f = Fixture::corpus("normal");
+    let o = f.run([OsStr::new("list"), f.root.as_os_str()]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    // Characters before the CREATED column.
+    let column = |line: &str, word: &str| line[..line.find(word).unwrap()].chars().count();
+    let header = text.lines().next().unwrap();
+    let at = column(header, "CREATED");
+    let ascii = text.lines().find(|l| l.starts_with("Session-A ")).unwrap();
+    assert_eq!(column(ascii, "2026-"), at, "{text}");
+    // `🚀` is one character two columns wide: one character fewer.
+    let wide = text.lines().find(|l| l.starts_with("ünïcödé-🚀")).unwrap();
+    assert_eq!(column(wide, "2026-") + 1, at, "{text}");
+}

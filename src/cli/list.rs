@@ -10,6 +10,7 @@ use super::list_views::{self, ByView, Filters};
 use super::{fail, open_store, output_result, EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 use crate::store::catalog::{SessionListing, SessionSummary};
 use crate::store::{Store, StoreOptions};
+use unicode_width::UnicodeWidthStr;
 
 /// Widest ID column of the `list` table; longer ids overflow their row.
 const MAX_ID_COLUMN: usize = 40;
@@ -182,10 +183,11 @@ fn write_table(out: &mut impl Write, sessions: &[SessionSummary]) -> io::Result<
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
+    // Widths in terminal columns (a wide character such as `🚀` takes two).
+    let mut widths = header.map(UnicodeWidthStr::width);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.width());
         }
     }
     // A very long id overflows its own row instead of widening every row.
@@ -196,7 +198,7 @@ fn write_table(out: &mut impl Write, sessions: &[SessionSummary]) -> io::Result<
             if i + 1 == cells.len() {
                 text.push_str(cell);
             } else {
-                let pad = widths[i].saturating_sub(cell.chars().count());
+                let pad = widths[i].saturating_sub(cell.width());
                 // SIZE is right-aligned, the rest left-aligned.
                 if i == 2 {
                     text.push_str(&" ".repeat(pad));
