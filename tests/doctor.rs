@@ -1561,3 +1561,80 @@ fn a_session_under_a_directory_not_named_as_a_project_is_reported_and_repaired()
     assert!(root.join(APP).join(id).join("session.jsonl.zstd").exists());
     assert_oracle_loads(&root, &["ünïcödé-🚀"]);
 }
+
+/// A frame that ends inside a line, completed by the next (a fresh
+/// tester's file): the reference reads and loads it, so the doctor says so
+/// and `--repair` joins the two frames into one of the same decoded bytes
+/// (every other frame kept byte for byte) instead of setting the session
+/// aside. A last frame that no frame completes is left as it is.
+#[test]
+fn frames_splitting_a_line_are_joined_by_repair_and_the_session_stays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dir = root.join("_no-cwd").join("splitline");
+    fs::create_dir_all(&dir).unwrap();
+    let header = common::lines::header_line("splitline", None, 1_767_614_400_000);
+    let ev = |seq: u64| {
+        format!(
+            r#"{{"type":"x-note","seq":{seq},"time":1767614400000,"data":{{}},"ignorable":true}}"#
+        )
+    };
+    let second = ev(1);
+    let (line1, line2) = second.split_at(20);
+    let frames = [
+        frame(&header),
+        frame(&format!("{}\n{line1}", ev(0))),
+        frame(&format!("{line2}\n")),
+        frame(&format!("{}\n", ev(2))),
+    ];
+    let transcript = dir.join("session.jsonl.zstd");
+    fs::write(&transcript, frames.concat()).unwrap();
+    let text = zstd_dc(&transcript);
+    let before = oracle::report(&root);
+    assert_eq!(
+        oracle::oracle_session(&before, "splitline")["load"]["ok"],
+        true,
+        "{before}"
+    );
+
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let f = &report["findings"][0];
+    assert_eq!(f["kind"], "split_line", "{report}");
+    assert_eq!(f["remedy"], "repair", "{report}");
+    assert!(
+        f["reference"].as_str().unwrap().starts_with("reads it"),
+        "{report}"
+    );
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["repaired"], 1, "{report}");
+    assert_eq!(zstd_dc(&transcript), text, "the same decoded bytes");
+    let stored = fs::read(&transcript).unwrap();
+    assert!(stored.starts_with(&frames[0]), "the header frame kept");
+    assert!(stored.ends_with(&frames[3]), "the last frame kept");
+    assert!(stored.len() < frames.concat().len() + 64);
+    let check = sessionfs(tmp.path(), &["check".as_ref(), root.as_os_str()]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let after = oracle::report(&root);
+    assert_eq!(
+        oracle::oracle_session(&after, "splitline")["load"],
+        oracle::oracle_session(&before, "splitline")["load"],
+        "the reference loads the same events"
+    );
+
+    // The last frame ends inside a line: nothing to join it with.
+    let torn_line = [frames[0].clone(), frames[1].clone()].concat();
+    fs::write(&transcript, &torn_line).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(
+        fs::read(&transcript).unwrap(),
+        torn_line,
+        "left as it is: {report}"
+    );
+}

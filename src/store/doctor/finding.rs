@@ -212,7 +212,6 @@ impl Kind {
                 | Kind::TornHeader
                 | Kind::CorruptFrame
                 | Kind::Damaged
-                | Kind::SplitLine
                 | Kind::InvalidLine
         )
     }
@@ -314,7 +313,11 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
         ),
         K::Damaged => ("reading fails (invalid frame magic)", R::SetAside),
         K::SkippableFrame => ("reading fails (skippable frame)", R::Repair),
-        K::SplitLine => ("reading fails (a record split across frames)", R::SetAside),
+        K::SplitLine => (
+            "reads it (the frames' contents are joined); sessionfs fails reads of the frame \
+             (FORMAT.md: a frame never ends inside a line)",
+            R::Repair,
+        ),
         K::InvalidLine => ("load fails (invalid record)", R::SetAside),
         K::SeqGap => ("load fails (seq not contiguous)", R::Report),
         K::SeqDuplicate | K::InterleavedWriters => ("load fails (seq not contiguous)", R::Fork),

@@ -213,8 +213,17 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
             }
             continue;
         }
+        // One join repairs every split frame of the file: its outcome is
+        // each SplitLine finding's.
+        let mut joined: Option<Result<String, String>> = None;
         for (k, f) in findings.iter().enumerate() {
             let done = match f.kind {
+                Kind::SplitLine => joined
+                    .get_or_insert_with(|| {
+                        join_split_lines(&mut run, &path).map_err(|e| e.to_string())
+                    })
+                    .clone()
+                    .map_err(std::io::Error::other),
                 Kind::TornTail => {
                     torn_tail(&mut run, &path, f.offset.unwrap_or(0), scan.files[fi].raw)
                 }
@@ -456,6 +465,87 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
         "the {} bytes after the last verifiable frame were cut at byte {at}; the original is \
          in the quarantine folder",
         len - at
+    ))
+}
+
+/// Frames that end inside a line (FORMAT.md: corruption, though the
+/// reference reads them, joining the frames' contents): each run of them
+/// and the frame that completes its line become one frame of the same
+/// decoded bytes; every other frame is kept byte for byte. Under the
+/// writers' locks the file is walked and decoded again; only when it is
+/// all complete frames that decode, and every split line is completed by
+/// a later frame, is it rewritten, after the whole original is copied to
+/// the quarantine folder. Returns what was done.
+fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
+    use super::super::frame::{decode_frame, walk_frame, FrameKind, Step};
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let locked = repair_lock(path, &file)?;
+    let bytes = fs::read(path)?;
+    let len = bytes.len() as u64;
+    let refused = |why: String| std::io::Error::other(format!("{why}: run the doctor again"));
+    let mut out = Vec::with_capacity(bytes.len());
+    // The decoded bytes of the frames joined so far, not yet ending a line.
+    let mut open_line: Vec<u8> = Vec::new();
+    let (mut at, mut data_frames, mut joined) = (0u64, 0usize, 0usize);
+    loop {
+        let f = match walk_frame(bytes.as_slice(), at, len) {
+            Ok(Step::End) => break,
+            Ok(Step::Frame(f)) => f,
+            Ok(Step::Torn) | Err(_) => {
+                return Err(refused(format!(
+                    "the file holds more than complete frames at byte {at}"
+                )))
+            }
+        };
+        let raw = &bytes[f.offset as usize..(f.offset + f.len) as usize];
+        at = f.offset + f.len;
+        if !matches!(f.kind, FrameKind::Data { .. }) {
+            if !open_line.is_empty() {
+                return Err(refused(format!(
+                    "a skippable frame at byte {} inside a split line",
+                    f.offset
+                )));
+            }
+            out.extend_from_slice(raw);
+            continue;
+        }
+        data_frames += 1;
+        let plain = decode_frame(raw, &f).map_err(|e| match e {
+            super::super::frame::FrameError::Io(e) => e,
+            super::super::frame::FrameError::Corrupt { offset, reason } => refused(format!(
+                "the frame at byte {offset} does not decode ({reason})"
+            )),
+        })?;
+        if open_line.is_empty() && (plain.is_empty() || plain.ends_with(b"\n")) {
+            out.extend_from_slice(raw);
+            continue;
+        }
+        if data_frames == 1 {
+            return Err(refused("the header frame ends inside a line".into()));
+        }
+        open_line.extend_from_slice(&plain);
+        joined += 1;
+        if open_line.ends_with(b"\n") {
+            out.extend(encode_frame(&open_line)?);
+            open_line.clear();
+        }
+    }
+    if !open_line.is_empty() {
+        return Err(std::io::Error::other(
+            "the last frame ends inside a line and no frame completes it: not joined (the \
+             line is incomplete; restore the transcript from a backup)",
+        ));
+    }
+    if joined == 0 {
+        return Err(refused("no frame ends inside a line now".into()));
+    }
+    run.keep(path, "rewritten", None)?;
+    publish_over(path, &out)?;
+    drop(locked);
+    drop(file);
+    Ok(format!(
+        "{joined} frames were joined where lines were split across them (the same decoded \
+         bytes, each frame now ending a line); the original is in the quarantine folder"
     ))
 }
 
