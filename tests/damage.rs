@@ -392,6 +392,17 @@ fn a_frame_ending_inside_a_line_never_passes_for_the_end_of_the_transcript() {
         again.stdout.len()
     );
     assert_eq!(again.stdout, &parts[0].as_bytes()[..prefix]);
+    // Known damage takes no append (a fresh tester's append was stored
+    // after such a frame): EIO at open, the file as it was.
+    let backing = root.join(PROJECT).join("midline/session.jsonl.zstd");
+    let stored = fs::read(&backing).unwrap();
+    let append = fs::OpenOptions::new().append(true).open(&view);
+    assert_errno(
+        append.map(drop),
+        libc::EIO,
+        "an append after a known bad frame",
+    );
+    assert_eq!(fs::read(&backing).unwrap(), stored);
     mount.assert_alive();
     mount.stop();
 }

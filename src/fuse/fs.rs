@@ -1036,6 +1036,23 @@ impl SessionFs {
                     );
                     return Err(FsError::Refused);
                 }
+                // A transcript a read found corrupt in a complete frame
+                // takes no appends (MOUNT.md, The tree: damage refuses
+                // appends); a session not published yet has no frames.
+                if let Some((t, at)) = self
+                    .store
+                    .transcript(&project, &session)
+                    .ok()
+                    .and_then(|t| t.bad_frame().map(|at| (t, at)))
+                {
+                    return Err(StoreError::corrupt(
+                        t.path(),
+                        at,
+                        "a frame failed to read (its checksum or decoding, or it ends inside a \
+                         line), so appends are refused; `sessionfs doctor` says what to do",
+                    )
+                    .into());
+                }
                 let append = flags & libc::O_APPEND != 0;
                 Handle::Writer(Arc::new(Writer::open(
                     &self.store,

@@ -148,9 +148,11 @@ pub struct Transcript {
     last_read_end: AtomicU64,
     /// Where a reader of a frame too large to cache stopped.
     large_frame: Mutex<Option<FrameCursor>>,
-    /// Set once a read met a frame that fails to decode: readers opened
-    /// after that are told (see [`Transcript::known_damage`]).
-    bad_frame_seen: std::sync::atomic::AtomicBool,
+    /// The compressed offset of the first frame a read found failing to
+    /// decode or ending inside a line (`u64::MAX`: none yet): readers
+    /// opened after that are told (see [`Transcript::known_damage`]), and
+    /// writers refused ([`Transcript::bad_frame`]).
+    bad_frame_at: std::sync::atomic::AtomicU64,
 }
 
 impl Transcript {
@@ -192,7 +194,7 @@ impl Transcript {
             frames_decoded,
             last_read_end: AtomicU64::new(u64::MAX),
             large_frame: Mutex::new(None),
-            bad_frame_seen: std::sync::atomic::AtomicBool::new(false),
+            bad_frame_at: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 
@@ -273,7 +275,15 @@ impl Transcript {
     /// reader opened then should bypass the page cache, so that a short
     /// read before the damage is not taken for the end of the file.
     pub fn known_damage(&self) -> bool {
-        self.bad_frame_seen.load(Ordering::Relaxed) || self.damage().is_some()
+        self.bad_frame().is_some() || self.damage().is_some()
+    }
+
+    /// The compressed offset of the first frame a read of this view found
+    /// failing its checksum or decoding, or ending inside a line (FORMAT.md,
+    /// Reading and recovery: corruption); `None` while no read met one.
+    pub fn bad_frame(&self) -> Option<u64> {
+        let at = self.bad_frame_at.load(Ordering::Relaxed);
+        (at != u64::MAX).then_some(at)
     }
 
     /// Re-stats the backing file and follows it: growth extends the view
@@ -534,7 +544,8 @@ impl Transcript {
                 Err(e @ StoreError::Io { .. }) => return Err(e),
                 Err(_) if self.rebuilt_after_failure(&frame)? => return Ok(Read::Rebuilt),
                 Err(e) => {
-                    self.bad_frame_seen.store(true, Ordering::Relaxed);
+                    self.bad_frame_at
+                        .fetch_min(frame.info.offset, Ordering::Relaxed);
                     if out.is_empty() || !short_ok {
                         return Err(e);
                     }
