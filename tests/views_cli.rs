@@ -67,14 +67,21 @@ fn date(ms: u64, format: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-#[test]
-fn list_by_date_prints_each_session_once_under_its_day_and_filters() {
+/// `list --by VIEW` over a copy of the normal corpus (in `root/` of the
+/// returned directory, its catalog in `cache/`): what it printed.
+fn listed_by(view: &str) -> (tempfile::TempDir, String) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     copy_tree(&corpus_dir().join("normal/root"), &root);
-    let cache = tmp.path().join("cache");
-    let (text, code) = list(&root, &cache, &["--by", "date"]);
+    let (text, code) = list(&root, &tmp.path().join("cache"), &["--by", view]);
     assert_eq!(code, 0, "{text}");
+    (tmp, text)
+}
+
+#[test]
+fn list_by_date_prints_each_session_once_under_its_day_and_filters() {
+    let (tmp, text) = listed_by("date");
+    let (root, cache) = (tmp.path().join("root"), tmp.path().join("cache"));
     // Walk the printed tree: indentation gives the directory.
     let mut path: Vec<String> = Vec::new();
     let mut found: BTreeMap<String, String> = BTreeMap::new();
@@ -150,12 +157,7 @@ fn list_by_reports_the_sessions_it_leaves_out() {
 
 #[test]
 fn list_by_title_prints_each_session_once_named_by_its_short_id() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("root");
-    copy_tree(&corpus_dir().join("normal/root"), &root);
-    let cache = tmp.path().join("cache");
-    let (text, code) = list(&root, &cache, &["--by", "title"]);
-    assert_eq!(code, 0, "{text}");
+    let (_tmp, text) = listed_by("title");
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some(".by-title/"));
     // A flat view: every other line is one link, indented once.
