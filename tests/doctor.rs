@@ -1566,7 +1566,8 @@ fn a_session_under_a_directory_not_named_as_a_project_is_reported_and_repaired()
 /// tester's file): the reference reads and loads it, so the doctor says so
 /// and `--repair` joins the two frames into one of the same decoded bytes
 /// (every other frame kept byte for byte) instead of setting the session
-/// aside. A last frame that no frame completes is left as it is.
+/// aside. An incomplete last line no frame completes is cut, as a torn
+/// tail's is.
 #[test]
 fn frames_splitting_a_line_are_joined_by_repair_and_the_session_stays() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1628,13 +1629,37 @@ fn frames_splitting_a_line_are_joined_by_repair_and_the_session_stays() {
         "the reference loads the same events"
     );
 
-    // The last frame ends inside a line: nothing to join it with.
+    // The last frame ends inside a line no frame completes: the reference
+    // reads the bytes but its load fails; the complete lines stay, the
+    // incomplete one is cut (kept in the quarantine folder).
     let torn_line = [frames[0].clone(), frames[1].clone()].concat();
     fs::write(&transcript, &torn_line).unwrap();
-    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    let before = oracle::report(&root);
     assert_eq!(
-        fs::read(&transcript).unwrap(),
-        torn_line,
-        "left as it is: {report}"
+        oracle::oracle_session(&before, "splitline")["load"]["ok"],
+        false,
+        "{before}"
+    );
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        String::from_utf8(zstd_dc(&transcript)).unwrap(),
+        format!("{header}{}\n", ev(0)),
+        "{report}"
+    );
+    assert!(fs::read(&transcript).unwrap().starts_with(&frames[0]));
+    let quarantined = PathBuf::from(report["quarantine"].as_str().unwrap());
+    assert!(
+        walk_files(&quarantined)
+            .iter()
+            .any(|p| fs::read(p).is_ok_and(|b| b == torn_line)),
+        "the original is in {}",
+        quarantined.display()
+    );
+    let after = oracle::report(&root);
+    assert_eq!(
+        oracle::oracle_session(&after, "splitline")["load"]["ok"],
+        true,
+        "{after}"
     );
 }

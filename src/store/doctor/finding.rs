@@ -314,8 +314,9 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
         K::Damaged => ("reading fails (invalid frame magic)", R::SetAside),
         K::SkippableFrame => ("reading fails (skippable frame)", R::Repair),
         K::SplitLine => (
-            "reads it (the frames' contents are joined); sessionfs fails reads of the frame \
-             (FORMAT.md: a frame never ends inside a line)",
+            "reads it, joining the frames' contents, and loads it unless no later frame \
+             completes the line; sessionfs fails reads of the frame (FORMAT.md: a frame never \
+             ends inside a line)",
             R::Repair,
         ),
         K::InvalidLine => ("load fails (invalid record)", R::SetAside),

@@ -471,11 +471,11 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
 /// Frames that end inside a line (FORMAT.md: corruption, though the
 /// reference reads them, joining the frames' contents): each run of them
 /// and the frame that completes its line become one frame of the same
-/// decoded bytes; every other frame is kept byte for byte. Under the
+/// decoded bytes; every other frame is kept byte for byte; an incomplete
+/// last line no frame completes is cut (as a torn tail's). Under the
 /// writers' locks the file is walked and decoded again; only when it is
-/// all complete frames that decode, and every split line is completed by
-/// a later frame, is it rewritten, after the whole original is copied to
-/// the quarantine folder. Returns what was done.
+/// all complete frames that decode is it rewritten, after the whole
+/// original is copied to the quarantine folder. Returns what was done.
 fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     use super::super::frame::{decode_frame, walk_frame, FrameKind, Step};
     let file = OpenOptions::new().read(true).write(true).open(path)?;
@@ -530,11 +530,17 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             open_line.clear();
         }
     }
-    if !open_line.is_empty() {
-        return Err(std::io::Error::other(
-            "the last frame ends inside a line and no frame completes it: not joined (the \
-             line is incomplete; restore the transcript from a backup)",
-        ));
+    // The last frames end inside a line no frame completes (the
+    // reference's load fails on it, as on a torn record): their complete
+    // lines stay, in one frame; the incomplete line is cut, as a torn
+    // tail's is, and kept in the quarantine folder with the original.
+    let complete = open_line
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let cut = open_line.len() - complete;
+    if complete > 0 {
+        out.extend(encode_frame(&open_line[..complete])?);
     }
     if joined == 0 {
         return Err(refused("no frame ends inside a line now".into()));
@@ -543,10 +549,18 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     publish_over(path, &out)?;
     drop(locked);
     drop(file);
-    Ok(format!(
-        "{joined} frames were joined where lines were split across them (the same decoded \
-         bytes, each frame now ending a line); the original is in the quarantine folder"
-    ))
+    let mut done = format!(
+        "{joined} {} joined where lines were split across frames (the same decoded bytes, \
+         each frame now ending a line)",
+        if joined == 1 { "frame was" } else { "frames were" }
+    );
+    if cut > 0 {
+        done.push_str(&format!(
+            "; the incomplete last line ({cut} bytes), which no frame completes, was cut"
+        ));
+    }
+    done.push_str("; the original is in the quarantine folder");
+    Ok(done)
 }
 
 /// A first frame holding the header and more lines: re-framed (the header
