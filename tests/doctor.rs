@@ -1542,7 +1542,7 @@ fn a_session_under_a_directory_not_named_as_a_project_is_reported_and_repaired()
     let (_, repaired) = doctor_json(tmp.path(), &root, &["--repair"]);
     assert_eq!(repaired["summary"]["problems_left"], 0, "{repaired}");
     assert!(placed.join("session.jsonl.zstd").exists());
-    assert!(!stray.join("session.jsonl.zstd").exists());
+    assert!(!stray.exists(), "the session directory left empty is gone");
     assert_oracle_loads(&root, &["ünïcödé-🚀"]);
 
     // Alone under `notes/`: misplaced, and the reference's list() fails.
@@ -1661,5 +1661,197 @@ fn frames_splitting_a_line_are_joined_by_repair_and_the_session_stays() {
         oracle::oracle_session(&after, "splitline")["load"]["ok"],
         true,
         "{after}"
+    );
+}
+
+/// The frames of `text` cut at the byte offsets `cuts` (ascending).
+fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(cuts);
+    bounds.push(text.len());
+    bounds
+        .windows(2)
+        .map(|w| frame(&text[w[0]..w[1]]))
+        .collect()
+}
+
+/// A session `splitcase` of a header and `events` notes, as text, and
+/// where each of its lines ends.
+fn split_case(events: u64) -> (String, Vec<usize>) {
+    let mut text = common::lines::header_line("splitcase", None, 1_767_614_400_000);
+    for seq in 0..events {
+        text.push_str(&format!(
+            "{{\"type\":\"x-note\",\"seq\":{seq},\"time\":1767614400000,\"data\":{{\"n\":\"{}\"}},\"ignorable\":true}}\n",
+            "x".repeat(40)
+        ));
+    }
+    let ends = text.match_indices('\n').map(|(i, _)| i + 1).collect();
+    (text, ends)
+}
+
+/// A header frame that ends inside the header line (the reference's list
+/// fails for the whole root), also cut into hundreds of small frames: the
+/// finding says what the reference does, and the repair joins the run
+/// into the header line's own frame and one frame of the lines after it.
+#[test]
+fn a_header_split_across_frames_is_joined_into_its_own_frame() {
+    let (text, ends) = split_case(6);
+    for cuts in [
+        vec![40, ends[0], ends[1], ends[2]],
+        (7..text.len()).step_by(7).collect(),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join("session.jsonl.zstd");
+        fs::write(&transcript, frames_cut(&text, &cuts).concat()).unwrap();
+        let (before, _) = oracle::run_oracle(&root, &[]);
+        assert!(
+            before["list"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("first frame is not exactly one header line")),
+            "{before}"
+        );
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{report}");
+        let f = &report["findings"][0];
+        assert_eq!(
+            (&f["kind"], f["offset"].as_u64()),
+            (&"split_line".into(), Some(0))
+        );
+        assert!(
+            f["reference"].as_str().unwrap().starts_with("list() fails"),
+            "{report}"
+        );
+
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{report}");
+        assert_eq!(
+            zstd_dc(&transcript),
+            text.as_bytes(),
+            "the same decoded bytes"
+        );
+        let stored = fs::read(&transcript).unwrap();
+        let header = &text[..ends[0]];
+        let first = zstd::zstd_safe::find_frame_compressed_size(&stored).unwrap();
+        assert_eq!(
+            zstd::decode_all(&stored[..first]).unwrap(),
+            header.as_bytes(),
+            "the header alone in the first frame"
+        );
+        let after = oracle::report(&root);
+        assert_eq!(
+            oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
+            Some(6),
+            "{after}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "clean after one repair: {report}");
+    }
+}
+
+/// Lines split across frames, then a last frame ending inside a line and
+/// a torn frame after it (the reference's load fails: it cuts the torn
+/// frame, then meets the torn record): one repair cuts the torn tail,
+/// joins the runs that a frame completes and cuts the incomplete last
+/// line; every complete line stays.
+#[test]
+fn split_lines_before_a_torn_tail_are_joined_in_one_repair() {
+    let (text, ends) = split_case(8);
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dir = root.join("_no-cwd").join("splitcase");
+    fs::create_dir_all(&dir).unwrap();
+    let transcript = dir.join("session.jsonl.zstd");
+    let frames = frames_cut(&text, &[ends[0], ends[0] + 30, ends[3], ends[3] + 20]);
+    let mut bytes = frames.concat();
+    bytes.truncate(bytes.len() - 15);
+    fs::write(&transcript, &bytes).unwrap();
+    let before = oracle::report(&root);
+    assert!(
+        oracle::oracle_session(&before, "splitcase")["load"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("torn JSONL record")),
+        "{before}"
+    );
+
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let split: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "split_line")
+        .collect();
+    assert_eq!(split.len(), 2, "{report}");
+    assert!(split[0]["reference"]
+        .as_str()
+        .unwrap()
+        .starts_with("reads it"));
+    assert!(
+        split[1]["reference"]
+            .as_str()
+            .unwrap()
+            .starts_with("load fails"),
+        "{report}"
+    );
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["problems_left"], 0, "{report}");
+    assert_eq!(
+        zstd_dc(&transcript),
+        &text.as_bytes()[..ends[3]],
+        "{report}"
+    );
+    assert!(fs::read(&transcript).unwrap().starts_with(&frames[0]));
+    let after = oracle::report(&root);
+    assert_eq!(
+        oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
+        Some(3),
+        "{after}"
+    );
+}
+
+/// A split line before a second history: the join re-frames the file,
+/// and the split of the histories then cuts at the frame that holds the
+/// repeated `seq` in the file as the join left it (not where the scan saw
+/// it), so both transcripts are whole frames and load.
+#[test]
+fn a_split_line_and_a_second_history_are_both_repaired() {
+    let (text, ends) = split_case(6);
+    let first: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut all = text.clone();
+    for seq in 3..6 {
+        all.push_str(&other_writer(first[seq + 1].trim_end(), seq as u64));
+        all.push('\n');
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let project = root.join("_no-cwd");
+    fs::create_dir_all(project.join("splitcase")).unwrap();
+    let transcript = project.join("splitcase/session.jsonl.zstd");
+    let cuts = [ends[0], ends[1] + 25, ends[3], ends[6], ends[6] + 50];
+    fs::write(&transcript, frames_cut(&all, &cuts).concat()).unwrap();
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["problems_left"], 0, "{report}");
+    assert_eq!(zstd_dc(&transcript), text.as_bytes(), "the first history");
+    let forks = fork_dirs(&project, "splitcase");
+    assert_eq!(forks.len(), 1, "{report}");
+    let after = assert_oracle_loads(&root, &[]);
+    assert_eq!(
+        oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
+        Some(6),
+        "{after}"
+    );
+    let check = sessionfs(tmp.path(), &["check".as_ref(), root.as_os_str()]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
     );
 }

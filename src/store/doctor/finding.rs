@@ -192,6 +192,13 @@ impl Finding {
         self
     }
 
+    /// The same finding with another text for what the reference does
+    /// (a kind whose cases the reference treats differently).
+    pub fn with_reference(mut self, reference: impl Into<String>) -> Finding {
+        self.reference = reference.into();
+        self
+    }
+
     /// The same finding with another fix text.
     pub fn with_fix(mut self, fix: impl Into<String>) -> Finding {
         self.fix = fix.into();
@@ -314,9 +321,8 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
         K::Damaged => ("reading fails (invalid frame magic)", R::SetAside),
         K::SkippableFrame => ("reading fails (skippable frame)", R::Repair),
         K::SplitLine => (
-            "reads it, joining the frames' contents, and loads it unless no later frame \
-             completes the line; sessionfs fails reads of the frame (FORMAT.md: a frame never \
-             ends inside a line)",
+            "reads it, joining the frames' contents, and loads it; sessionfs fails reads of \
+             the frame (FORMAT.md: a frame never ends inside a line)",
             R::Repair,
         ),
         K::InvalidLine => ("load fails (invalid record)", R::SetAside),

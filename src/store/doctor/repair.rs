@@ -94,11 +94,24 @@ impl Run {
         Ok(copy)
     }
 
-    /// Moves `path` into the quarantine: copy, record, then unlink.
+    /// Moves `path` into the quarantine: copy, record, then unlink; a
+    /// session directory the unlinked transcript leaves empty is removed.
     fn set_aside(&mut self, path: &Path) -> std::io::Result<PathBuf> {
         let copy = self.keep(path, "moved", None)?;
         fs::remove_file(path)?;
-        sync_dir(path.parent());
+        let parent = path.parent();
+        let is_transcript = [Encoding::Zstd, Encoding::Raw]
+            .iter()
+            .any(|e| path.file_name() == Some(e.file_name().as_ref()));
+        if let (true, Some(dir)) = (is_transcript, parent) {
+            // A session directory left empty goes too (`remove_dir` keeps
+            // one that holds anything); `--restore` makes it again.
+            if fs::remove_dir(dir).is_ok() {
+                sync_dir(dir.parent());
+                return Ok(copy);
+            }
+        }
+        sync_dir(parent);
         Ok(copy)
     }
 }
@@ -216,7 +229,10 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
         // One join repairs every split frame of the file: its outcome is
         // each SplitLine finding's.
         let mut joined: Option<Result<String, String>> = None;
-        for (k, f) in findings.iter().enumerate() {
+        let mut order: Vec<usize> = (0..findings.len()).collect();
+        order.sort_by_key(|&k| repair_rank(findings[k].kind));
+        for k in order {
+            let f = &findings[k];
             let done = match f.kind {
                 Kind::SplitLine => joined
                     .get_or_insert_with(|| {
@@ -245,6 +261,60 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
         }
     }
     run.folder()
+}
+
+/// The order in which the repairs of one transcript run: the end of the
+/// file first (a torn tail or garbage cut, so that the file is complete
+/// frames), then the frames that hold no transcript bytes, then the
+/// joins of split lines, the header's own frame and last the split of
+/// two histories. Every repair keeps the decoded bytes before the point
+/// it cuts, so each finds what the scan found where it acts.
+fn repair_rank(kind: Kind) -> u8 {
+    match kind {
+        Kind::TornTail | Kind::TrailingGarbage => 0,
+        Kind::SkippableFrame => 1,
+        Kind::SplitLine => 2,
+        Kind::HeaderFrameHoldsEvents => 3,
+        Kind::SeqDuplicate | Kind::InterleavedWriters => 4,
+        _ => 5,
+    }
+}
+
+/// The frames of `bytes`, which must be complete frames only (a zstd
+/// transcript after its torn tail or garbage was cut). Errors with the
+/// offset where something else starts.
+fn complete_frames(bytes: &[u8]) -> std::io::Result<Vec<super::super::frame::FrameInfo>> {
+    use super::super::frame::{walk_frame, Step};
+    let len = bytes.len() as u64;
+    let mut frames = Vec::new();
+    let mut at = 0u64;
+    loop {
+        match walk_frame(bytes, at, len) {
+            Ok(Step::End) => return Ok(frames),
+            Ok(Step::Frame(f)) => {
+                at = f.offset + f.len;
+                frames.push(f);
+            }
+            Ok(Step::Torn) | Err(_) => {
+                return Err(std::io::Error::other(format!(
+                    "the file holds more than complete frames at byte {at}: run the doctor \
+                     again"
+                )))
+            }
+        }
+    }
+}
+
+/// The decoded bytes of the data frame `f` of `bytes`, or an error that
+/// names the frame.
+fn decoded(bytes: &[u8], f: &super::super::frame::FrameInfo) -> std::io::Result<Vec<u8>> {
+    let raw = &bytes[f.offset as usize..(f.offset + f.len) as usize];
+    super::super::frame::decode_frame(raw, f).map_err(|e| match e {
+        super::super::frame::FrameError::Io(e) => e,
+        super::super::frame::FrameError::Corrupt { offset, reason } => std::io::Error::other(
+            format!("the frame at byte {offset} does not decode ({reason})"),
+        ),
+    })
 }
 
 /// Sets the fix of every finding about a symbolic link to say that the
@@ -398,27 +468,16 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
 /// skippable frames is it rewritten as its data frames alone, byte for
 /// byte, after the whole original is copied to the quarantine folder.
 fn drop_skippable(run: &mut Run, path: &Path) -> std::io::Result<String> {
-    use super::super::frame::{walk_frame, FrameKind, Step};
+    use super::super::frame::FrameKind;
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let locked = repair_lock(path, &file)?;
     let bytes = fs::read(path)?;
-    let len = bytes.len() as u64;
-    let (mut kept, mut dropped, mut at) = (Vec::with_capacity(bytes.len()), 0u64, 0u64);
-    loop {
-        match walk_frame(bytes.as_slice(), at, len) {
-            Ok(Step::End) => break,
-            Ok(Step::Frame(f)) => {
-                let range = f.offset as usize..(f.offset + f.len) as usize;
-                match f.kind {
-                    FrameKind::Skippable => dropped += f.len,
-                    FrameKind::Data { .. } => kept.extend_from_slice(&bytes[range]),
-                }
-                at = f.offset + f.len;
-            }
-            Ok(Step::Torn) | Err(_) => {
-                return Err(std::io::Error::other(format!(
-                    "the file holds more than skippable frames at byte {at}: run the doctor again"
-                )))
+    let (mut kept, mut dropped) = (Vec::with_capacity(bytes.len()), 0u64);
+    for f in complete_frames(&bytes)? {
+        match f.kind {
+            FrameKind::Skippable => dropped += f.len,
+            FrameKind::Data { .. } => {
+                kept.extend_from_slice(&bytes[f.offset as usize..(f.offset + f.len) as usize])
             }
         }
     }
@@ -468,41 +527,34 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
     ))
 }
 
-/// Frames that end inside a line (FORMAT.md: corruption, though the
-/// reference reads them, joining the frames' contents): each run of them
-/// and the frame that completes its line become one frame of the same
-/// decoded bytes; every other frame is kept byte for byte; an incomplete
-/// last line no frame completes is cut (as a torn tail's). Under the
-/// writers' locks the file is walked and decoded again; only when it is
-/// all complete frames that decode is it rewritten, after the whole
-/// original is copied to the quarantine folder. Returns what was done.
+/// Frames that end inside a line (FORMAT.md: corruption; the reference
+/// reads a split event line, joining the frames' contents, and refuses a
+/// split header frame): each run of them and the frame that completes its
+/// line become one frame of the same decoded bytes, or, for a run that
+/// starts with the header frame, the header line in a frame of its own
+/// and the rest in one after it; every other frame is kept byte for
+/// byte; an incomplete last line no frame completes is cut (as a torn
+/// tail's). Under the writers' locks the file is walked and decoded
+/// again; only when it is all complete frames that decode is it
+/// rewritten, after the whole original is copied to the quarantine
+/// folder. Returns what was done.
 fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
-    use super::super::frame::{decode_frame, walk_frame, FrameKind, Step};
+    use super::super::frame::FrameKind;
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let locked = repair_lock(path, &file)?;
     let bytes = fs::read(path)?;
-    let len = bytes.len() as u64;
-    let refused = |why: String| std::io::Error::other(format!("{why}: run the doctor again"));
     let mut out = Vec::with_capacity(bytes.len());
-    // The decoded bytes of the frames joined so far, not yet ending a line.
+    // The decoded bytes of the frames joined so far, not yet ending a line,
+    // and whether they begin with the header frame's.
     let mut open_line: Vec<u8> = Vec::new();
-    let (mut at, mut data_frames, mut joined) = (0u64, 0usize, 0usize);
-    loop {
-        let f = match walk_frame(bytes.as_slice(), at, len) {
-            Ok(Step::End) => break,
-            Ok(Step::Frame(f)) => f,
-            Ok(Step::Torn) | Err(_) => {
-                return Err(refused(format!(
-                    "the file holds more than complete frames at byte {at}"
-                )))
-            }
-        };
+    let (mut header_run, mut header_joined) = (false, false);
+    let (mut data_frames, mut joined) = (0usize, 0usize);
+    for f in complete_frames(&bytes)? {
         let raw = &bytes[f.offset as usize..(f.offset + f.len) as usize];
-        at = f.offset + f.len;
         if !matches!(f.kind, FrameKind::Data { .. }) {
             if !open_line.is_empty() {
-                return Err(refused(format!(
-                    "a skippable frame at byte {} inside a split line",
+                return Err(std::io::Error::other(format!(
+                    "a skippable frame at byte {} inside a split line: run the doctor again",
                     f.offset
                 )));
             }
@@ -510,40 +562,43 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             continue;
         }
         data_frames += 1;
-        let plain = decode_frame(raw, &f).map_err(|e| match e {
-            super::super::frame::FrameError::Io(e) => e,
-            super::super::frame::FrameError::Corrupt { offset, reason } => refused(format!(
-                "the frame at byte {offset} does not decode ({reason})"
-            )),
-        })?;
+        let plain = decoded(&bytes, &f)?;
         if open_line.is_empty() && (plain.is_empty() || plain.ends_with(b"\n")) {
             out.extend_from_slice(raw);
             continue;
         }
-        if data_frames == 1 {
-            return Err(refused("the header frame ends inside a line".into()));
-        }
+        header_run |= data_frames == 1;
+        header_joined |= header_run;
         open_line.extend_from_slice(&plain);
         joined += 1;
         if open_line.ends_with(b"\n") {
-            out.extend(encode_frame(&open_line)?);
+            out.extend(joined_frames(&open_line, header_run)?);
             open_line.clear();
+            header_run = false;
         }
     }
     // The last frames end inside a line no frame completes (the
     // reference's load fails on it, as on a torn record): their complete
-    // lines stay, in one frame; the incomplete line is cut, as a torn
-    // tail's is, and kept in the quarantine folder with the original.
+    // lines stay; the incomplete line is cut, as a torn tail's is, and
+    // kept in the quarantine folder with the original.
     let complete = open_line
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(0, |i| i + 1);
+    if header_run && complete == 0 {
+        return Err(std::io::Error::other(
+            "no frame completes the header line: the file holds no session header; set it \
+             aside (move the session directory out of the root)",
+        ));
+    }
     let cut = open_line.len() - complete;
     if complete > 0 {
-        out.extend(encode_frame(&open_line[..complete])?);
+        out.extend(joined_frames(&open_line[..complete], header_run)?);
     }
     if joined == 0 {
-        return Err(refused("no frame ends inside a line now".into()));
+        return Err(std::io::Error::other(
+            "no frame ends inside a line now: run the doctor again",
+        ));
     }
     run.keep(path, "rewritten", None)?;
     publish_over(path, &out)?;
@@ -551,9 +606,18 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     drop(file);
     let mut done = format!(
         "{joined} {} joined where lines were split across frames (the same decoded bytes, \
-         each frame now ending a line)",
-        if joined == 1 { "frame was" } else { "frames were" }
+         each frame now ending a line",
+        if joined == 1 {
+            "frame was"
+        } else {
+            "frames were"
+        }
     );
+    done.push_str(if header_joined {
+        ", the header line in a frame of its own)"
+    } else {
+        ")"
+    });
     if cut > 0 {
         done.push_str(&format!(
             "; the incomplete last line ({cut} bytes), which no frame completes, was cut"
@@ -563,19 +627,56 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     Ok(done)
 }
 
-/// A first frame holding the header and more lines: re-framed (the header
-/// alone, then the rest), same decoded bytes.
+/// The frames that replace a joined run of decoded `lines` (whole lines):
+/// one frame, or, when the run began with the header frame, the header
+/// line alone and then the rest (FORMAT.md: the first frame is exactly
+/// the header line).
+fn joined_frames(lines: &[u8], header_run: bool) -> std::io::Result<Vec<u8>> {
+    if !header_run {
+        return encode_frame(lines);
+    }
+    let nl = lines
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(lines.len() - 1);
+    encode(Encoding::Zstd, &lines[..=nl], &lines[nl + 1..])
+}
+
+/// A first frame holding the header and more lines: re-framed as the
+/// header alone, then the rest of that frame's lines; every later frame
+/// kept byte for byte.
 fn reframe(run: &mut Run, path: &Path) -> std::io::Result<String> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
-    let _locked = repair_lock(path, &file)?;
-    let text = readable_text(path, Encoding::Zstd)?;
+    let locked = repair_lock(path, &file)?;
+    let bytes = fs::read(path)?;
+    let frames = complete_frames(&bytes)?;
+    let Some(first) = frames
+        .iter()
+        .find(|f| matches!(f.kind, super::super::frame::FrameKind::Data { .. }))
+    else {
+        return Err(std::io::Error::other("the file holds no data frame now"));
+    };
+    let text = decoded(&bytes, first)?;
     let Some(nl) = text.iter().position(|&b| b == b'\n') else {
         return Err(std::io::Error::other("no header line"));
     };
+    if nl + 1 == text.len() {
+        return Err(std::io::Error::other(
+            "the first frame holds the header alone now: run the doctor again",
+        ));
+    }
+    let mut out = bytes[..first.offset as usize].to_vec();
+    out.extend(encode(Encoding::Zstd, &text[..=nl], &text[nl + 1..])?);
+    out.extend_from_slice(&bytes[(first.offset + first.len) as usize..]);
     run.keep(path, "rewritten", None)?;
-    let bytes = encode(Encoding::Zstd, &text[..=nl], &text[nl + 1..])?;
-    publish_over(path, &bytes)?;
-    Ok("re-framed: the header in a frame of its own, the same decoded bytes".into())
+    publish_over(path, &out)?;
+    drop(locked);
+    drop(file);
+    Ok(
+        "re-framed: the header in a frame of its own, the same decoded bytes, the later \
+         frames as they were"
+            .into(),
+    )
 }
 
 /// A session directory not where its header says: moved there when free.
@@ -816,12 +917,13 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
     let seed = seed_before(&all, split.seq);
     let fork = publish_fork(&scan.root, enc, &parent, &text[cut..], &seed, &other)?;
     run.keep(&file.path, "rewritten", Some(fork.clone()))?;
-    // The new file: the original bytes up to the frame holding the cut,
-    // then the rest of the first history re-encoded.
-    let (_, frame_at) = file.split.expect("checked");
-    let prefix_plain = readable_text_upto(&file.path, enc, frame_at)?;
+    // The new file: the original bytes up to the frame holding the cut
+    // (found in the file as it is now: an earlier repair of this run may
+    // have re-framed it, keeping its decoded bytes), then the rest of the
+    // first history re-encoded.
     let mut bytes = std::fs::read(&file.path)?;
-    bytes.truncate(frame_at as usize);
+    let (frame_at, prefix_plain) = frame_holding(&bytes, enc, cut)?;
+    bytes.truncate(frame_at);
     let mut tail = text[prefix_plain..cut].to_vec();
     for l in &main_keep {
         tail.extend_from_slice(l);
@@ -845,18 +947,28 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
     ))
 }
 
-/// The decoded length of the frames that start before `at` (zstd), or
-/// `at` itself (raw).
-fn readable_text_upto(path: &Path, enc: Encoding, at: u64) -> std::io::Result<usize> {
-    match enc {
-        Encoding::Raw => Ok(at as usize),
-        Encoding::Zstd => {
-            let bytes = fs::read(path)?;
-            let head = &bytes[..at as usize];
-            let tmp = tempfile_like(head)?;
-            Ok(readable_text(&tmp.0, Encoding::Zstd)?.len())
-        }
+/// Where the frame holding decoded byte `plain_at` starts in `bytes`,
+/// and the decoded length of the frames before it: `(plain_at, plain_at)`
+/// for a raw transcript. Errors when `bytes` is not complete frames or
+/// holds fewer decoded bytes.
+fn frame_holding(bytes: &[u8], enc: Encoding, plain_at: usize) -> std::io::Result<(usize, usize)> {
+    if enc == Encoding::Raw {
+        return Ok((plain_at, plain_at));
     }
+    let mut plain = 0usize;
+    for f in complete_frames(bytes)? {
+        if !matches!(f.kind, super::super::frame::FrameKind::Data { .. }) {
+            continue;
+        }
+        let n = decoded(bytes, &f)?.len();
+        if plain + n > plain_at {
+            return Ok((f.offset as usize, plain));
+        }
+        plain += n;
+    }
+    Err(std::io::Error::other(
+        "the file changed since the scan: it ends before the cut",
+    ))
 }
 
 /// A private temporary file holding `bytes` (removed on drop).

@@ -430,11 +430,24 @@ fn scan_frames(
             lines.feed(&decoded, check);
             plain += decoded.len() as u64;
             if decoded.last().is_some_and(|&b| b != b'\n') {
-                capped.note(
-                    &mut frame_findings,
+                let f = if data_frames == 1 {
+                    Finding::new(
+                        &path,
+                        Kind::SplitLine,
+                        "the header frame ends inside a line",
+                    )
+                    .with_reference(SPLIT_HEADER_REFERENCE)
+                } else if check.lines == 0 {
+                    Finding::new(
+                        &path,
+                        Kind::SplitLine,
+                        "the frame ends inside the header line",
+                    )
+                    .with_reference(SPLIT_HEADER_REFERENCE)
+                } else {
                     Finding::new(&path, Kind::SplitLine, "the frame ends inside a line")
-                        .at(info.offset),
-                );
+                };
+                capped.note(&mut frame_findings, f.at(info.offset));
             }
             if data_frames == 1 && check.lines > lines_before + 1 && check.header.is_some() {
                 frame_findings.push(
@@ -469,6 +482,23 @@ fn scan_frames(
     }
     scan.frames = data_frames;
     scan.plain_len = plain;
+    if reading && lines.pending_len > 0 && matches!(end, Ok(WalkEnd::Clean | WalkEnd::Torn { .. }))
+    {
+        // The complete frames of the last line end inside it and none
+        // completes it (a torn last frame is cut by the reference's load):
+        // the reference's load fails there.
+        let last_run = frame_starts
+            .iter()
+            .take_while(|(p, _)| *p <= lines.start)
+            .last()
+            .map_or(0, |(_, f)| *f);
+        for f in frame_findings.iter_mut().filter(|f| {
+            f.kind == Kind::SplitLine && f.offset >= Some(last_run) && f.offset != Some(0)
+        }) {
+            f.detail = "the frame ends inside a line that no later frame completes".into();
+            f.reference = "load fails (complete frame contains a torn JSONL record)".into();
+        }
+    }
     match end {
         Err(FrameError::Io(e)) => return Err(e),
         Err(FrameError::Corrupt { offset, reason }) => {
@@ -535,6 +565,12 @@ fn scan_frames(
     scan.frame_starts = frame_starts;
     Ok(())
 }
+
+/// What the reference does with a header frame that ends inside a line
+/// (its `list` and `load` refuse a first frame that is not exactly one
+/// header line).
+const SPLIT_HEADER_REFERENCE: &str =
+    "list() fails for the whole root (first frame is not exactly one header line)";
 
 /// Findings made per frame (a frame that fails to decode, one that ends
 /// inside a line) kept whole per file and kind; more are counted in one
