@@ -20,7 +20,7 @@ mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -1102,4 +1102,73 @@ fn a_persisted_index_round_trips_and_is_refused_when_stale() {
     assert_eq!(t5.refresh().unwrap().plain_len, built.plain.len() as u64);
     check_rest(&t5, &built.plain, 0);
     assert_eq!(zstd_dc(&path), built.plain);
+}
+
+/// A transcript rewritten in place (same inode, same length, the same last
+/// frame at the same offset) with other frame boundaries before it passes
+/// the persisted index's load check: reads through the stale index fail
+/// where its frames are no longer in the file, and then the file is walked
+/// again (not loaded again from the stale index), so every read returns
+/// the file's bytes, as `zstd -dc` gives them, on this open and the next.
+#[test]
+fn a_stale_persisted_index_that_passes_its_load_check_is_replaced() {
+    // Frames of raw blocks, so their lengths are exact: frames 1 and 2
+    // hold 60 + 60 bytes of lines in the first version, 40 + 80 in the
+    // second; the 300 frames after them are the same bytes.
+    let mut rng = Rng(0x57A1E);
+    let build = |rng: &mut Rng, first: usize, second: usize| {
+        let mut seq = 0;
+        let mut b = Built::with_header();
+        for n in [first, second] {
+            let plain = lines_exact(rng, &mut seq, n);
+            b.push(&raw_frame(Fcs::One, &plain), &plain);
+        }
+        let mut tail_rng = Rng(0x7A11);
+        for _ in 0..300 {
+            let plain = lines_exact(&mut tail_rng, &mut seq, 120);
+            b.push(&raw_frame(Fcs::One, &plain), &plain);
+        }
+        b
+    };
+    let v1 = build(&mut rng, 60, 60);
+    let v2 = build(&mut rng, 40, 80);
+    assert_eq!(v1.file.len(), v2.file.len());
+    assert_eq!(v1.frames.last().unwrap().0, v2.frames.last().unwrap().0);
+    assert_ne!(v1.frames[2], v2.frames[2], "the boundaries must differ");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("index");
+    let path = write_file(tmp.path(), "session.jsonl.zstd", &v1.file);
+    let t1 = open_persisting(&path, &dir);
+    check_rest(&t1, &v1.plain, 0);
+    drop(t1);
+    assert!(
+        load(&dir, &path).is_some(),
+        "the first open persisted no index"
+    );
+
+    // Rewritten in place: the same inode.
+    let ident = ident_of(&path);
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(&v2.file, 0)
+        .unwrap();
+    assert_eq!(ident_of(&path), ident);
+    assert_eq!(zstd_dc(&path), v2.plain);
+    assert!(
+        load(&dir, &path).is_some(),
+        "the stale index must pass its load check for this test to mean anything"
+    );
+
+    let t2 = open_persisting(&path, &dir);
+    check_rest(&t2, &v2.plain, 0);
+    check_read(&t2, &v2.plain, 0, 4096);
+    let replaced = load(&dir, &path).expect("the walk's index persisted");
+    assert_eq!(replaced.frames(), index_of(&path).frames());
+    drop(t2);
+    let t3 = open_persisting(&path, &dir);
+    assert_eq!(t3.frames_decoded(), 0, "the replaced index was not used");
+    check_rest(&t3, &v2.plain, 0);
 }

@@ -6,7 +6,11 @@
 //! and inode match the file, the file is at least as long as the walked
 //! prefix, and its last frame still walks to the same length (the only
 //! read of the transcript a load makes);
-//! otherwise it is ignored and rebuilt. Reads never write into the store.
+//! otherwise it is ignored and rebuilt. An index that passes this check
+//! yet lists a frame the file no longer holds (the file rewritten in
+//! place) is removed by the first read that meets that frame
+//! ([`remove`]), and the file walked again. Reads never write into the
+//! store.
 //!
 //! Format 2 (`SFSIDX2\n`): the magic (8 bytes), then little-endian
 //! `u64`s: device, inode, `walked_to`, the frame count, the count of wide
@@ -112,6 +116,25 @@ pub fn load(dir: &Path, ident: FileIdent, file: &File, file_len: u64) -> Option<
     match walk_frame(file, last.info.offset, file_len) {
         Ok(Step::Frame(info)) if info == last.info => Some(index),
         _ => None,
+    }
+}
+
+/// Removes the persisted index of the file `ident` (the transcript at
+/// `transcript`, named in the log), found not to describe the file: its
+/// load check passed, yet a frame it lists is not in the file (rewritten
+/// in place, same inode, same last frame). Logged at info level; a missing
+/// index or a failed removal is not an error (the next save replaces it).
+pub fn remove(dir: &Path, ident: FileIdent, transcript: &Path) {
+    let path = index_path(dir, ident);
+    match fs::remove_file(&path) {
+        Ok(()) => log::info!(
+            "{}: the persisted frame index {} no longer matched the file (rewritten in place?); \
+             removed, and the file walked again",
+            transcript.display(),
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => log::debug!("could not remove the stale index {}: {e}", path.display()),
     }
 }
 

@@ -182,7 +182,13 @@ impl Transcript {
         index_dir: Option<PathBuf>,
     ) -> Result<Transcript> {
         let frames_decoded = Arc::new(AtomicU64::new(0));
-        let state = build_state(path, encoding, &frames_decoded, index_dir.as_deref())?;
+        let state = build_state(
+            path,
+            encoding,
+            &frames_decoded,
+            index_dir.as_deref(),
+            Persisted::Load,
+        )?;
         let protocol = fskind::protocol_for(path.parent().unwrap_or(Path::new(".")));
         Ok(Transcript {
             path: path.to_path_buf(),
@@ -330,6 +336,7 @@ impl Transcript {
                 self.encoding,
                 &self.frames_decoded,
                 self.index_dir.as_deref(),
+                Persisted::Load,
             )?;
         } else if meta.len() > st.meta.len() && !prefix_intact(&st) {
             // Rewritten in place (same inode, say `cp backup FILE`): the
@@ -339,6 +346,7 @@ impl Transcript {
                 self.encoding,
                 &self.frames_decoded,
                 self.index_dir.as_deref(),
+                Persisted::Load,
             )?;
         } else if meta.len() > st.meta.len() {
             let file = Arc::clone(&st.file);
@@ -421,7 +429,10 @@ impl Transcript {
 
     /// After `frame` failed to decode: whether the file no longer holds it
     /// as indexed (its header walks to other sizes, or not at all), in
-    /// which case the view is built again from the file.
+    /// which case the view is built again by walking the file, never from
+    /// the persisted index: that index may be the stale one (a transcript
+    /// rewritten in place with the same inode and the same last frame, so
+    /// its load check passed), and the walk's index replaces it.
     fn rebuilt_after_failure(&self, frame: &IndexedFrame) -> Result<bool> {
         let mut st = self.state.write();
         if frame_intact(&st.file, &frame.info) {
@@ -432,6 +443,7 @@ impl Transcript {
             self.encoding,
             &self.frames_decoded,
             self.index_dir.as_deref(),
+            Persisted::Replace,
         )?;
         Ok(true)
     }
@@ -734,11 +746,22 @@ fn persist_if_grown(dir: &Path, ident: FileIdent, index: &FrameIndex, persisted:
     }
 }
 
+/// What [`build_state`] does with a persisted index under `index_dir`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Persisted {
+    /// Load and extend it when it is valid (see [`index_store::load`]).
+    Load,
+    /// Remove it and walk the file: the view built from it did not hold
+    /// the file's frames.
+    Replace,
+}
+
 fn build_state(
     path: &Path,
     encoding: Encoding,
     frames_decoded: &AtomicU64,
     index_dir: Option<&Path>,
+    persisted: Persisted,
 ) -> Result<State> {
     // Checked before opening: opening a FIFO would block.
     let not_regular = || {
@@ -786,7 +809,14 @@ fn build_state(
                 }
             };
             let ident = FileIdent::of(&meta);
-            let loaded = index_dir.and_then(|dir| index_store::load(dir, ident, &file, meta.len()));
+            let loaded = match (index_dir, persisted) {
+                (Some(dir), Persisted::Load) => index_store::load(dir, ident, &file, meta.len()),
+                (Some(dir), Persisted::Replace) => {
+                    index_store::remove(dir, ident, path);
+                    None
+                }
+                (None, _) => None,
+            };
             let loaded_frames = loaded.as_ref().map_or(0, |i| i.frames().len());
             let mut view = View::Zstd(loaded.unwrap_or_default());
             extend_view(path, &file, &mut view, meta.len(), frames_decoded)?;
