@@ -19,6 +19,7 @@ mod common;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use sessionfs::store::render::cache::Rendering;
 use sessionfs::store::render::{render_range, Renderer};
 use sessionfs::store::{Encoding, FrameCache, Store, StoreOptions, Transcript};
 
+use common::lines::{framed, rewrite_in_place, same_length_rewrite};
 use common::{copy_tree, corpus_dir, zstd_dc};
 
 const ROOT_INO: u64 = 1;
@@ -296,4 +298,46 @@ fn a_line_too_long_to_render_is_listed_and_skipped() {
         md.contains("\n\nbefore\n\n") && md.ends_with("\n\nafter\n\n"),
         "{md}"
     );
+}
+
+#[test]
+fn a_transcript_rewritten_in_place_to_the_same_length_is_rendered_again() {
+    // Found by a fresh tester: a persisted rendering was checked by device,
+    // inode and header only, so a transcript rewritten in place (another
+    // first user message, the same compressed length) kept showing the old
+    // text in every later mount.
+    let tmp = tempfile::tempdir().unwrap();
+    let cache_dir = tmp.path().join("cache");
+    let path = tmp.path().join("session.jsonl.zstd");
+    let lines = corpus_lines("--home-alice-work-app--/Session-A");
+    let (new_lines, word) = same_length_rewrite(&lines, "Because");
+    fs::write(&path, framed(&lines)).unwrap();
+    let open = || {
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap()
+    };
+    let first = open();
+    let r = Rendering::open(&first, Some(&cache_dir)).unwrap();
+    let len = r.catch_up(&first).unwrap();
+    let before = r.read(&first, 0, len as u32 + 1).unwrap();
+    assert!(String::from_utf8_lossy(&before).contains("Because"));
+    drop((r, first));
+
+    let (inode, size) = (
+        fs::metadata(&path).unwrap().ino(),
+        fs::metadata(&path).unwrap().len(),
+    );
+    rewrite_in_place(&path, &framed(&new_lines));
+    assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
+    assert_eq!(fs::metadata(&path).unwrap().len(), size);
+
+    let second = open();
+    let r = Rendering::open(&second, Some(&cache_dir)).unwrap();
+    let len = r.catch_up(&second).unwrap();
+    let after = r.read(&second, 0, len as u32 + 1).unwrap();
+    assert!(
+        String::from_utf8_lossy(&after).contains(&word),
+        "the rendering of the rewritten transcript shows the old text"
+    );
+    assert_eq!(after, fresh(&second));
 }

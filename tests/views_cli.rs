@@ -11,6 +11,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use common::lines::{framed, rewrite_in_place, same_length_rewrite};
 use common::{copy_tree, corpus_dir};
 
 const TZ: &str = "XYZ-14";
@@ -191,4 +192,35 @@ fn list_by_title_prints_each_session_once_named_by_its_short_id() {
             "{name} for {id}"
         );
     }
+}
+
+#[test]
+fn a_transcript_rewritten_in_place_to_the_same_length_gets_its_new_title() {
+    // Found by a fresh tester: the persisted catalog took a transcript of
+    // the same inode and length for unchanged, so one rewritten in place
+    // (another first user message) kept its old title in every later list
+    // and mount.
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, cache) = (tmp.path().join("root"), tmp.path().join("cache"));
+    copy_tree(&corpus_dir().join("normal/root"), &root);
+    let path = root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
+    let lines: Vec<Vec<u8>> = common::zstd_dc(&path)
+        .split_inclusive(|&b| b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
+    // One line per frame, so that a one-letter change keeps the length.
+    fs::write(&path, framed(&lines)).unwrap();
+    let (text, _) = list(&root, &cache, &["--by", "title"]);
+    assert!(text.contains("Because a and the need"), "{text}");
+    let (new_lines, word) = same_length_rewrite(&lines, "Because");
+    let size = fs::metadata(&path).unwrap().len();
+    rewrite_in_place(&path, &framed(&new_lines));
+    assert_eq!(fs::metadata(&path).unwrap().len(), size);
+    let (text, code) = list(&root, &cache, &["--by", "title"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(&format!("{word} a and the need")),
+        "the old title is still listed: {text}"
+    );
+    assert!(!text.contains("Because a and the need"), "{text}");
 }

@@ -7,7 +7,9 @@
 //! Markdown it describes), keyed like the persisted frame index
 //! ([`super::super::index_store`]). A persisted rendering is used only when
 //! its device, inode, session id, creation time, render format and time
-//! zone match, it does not reach past the transcript's view and its
+//! zone match, the transcript has not been rewritten in place since (it is
+//! longer than when the state was saved, or of the same length and mtime),
+//! it does not reach past the transcript's view and its
 //! Markdown file has exactly the length the state records; otherwise it is
 //! rebuilt in a new file renamed over the old one (a file another mount
 //! may have open is never truncated), and a mount whose file was replaced
@@ -39,6 +41,12 @@ struct Persisted {
     id: String,
     created_at: u64,
     zone: String,
+    /// The transcript's compressed length (bytes) and mtime (seconds,
+    /// nanoseconds) when the state was saved: a transcript of the same
+    /// length under another mtime, or a shorter one, was rewritten in place
+    /// (transcripts only grow).
+    len: u64,
+    mtime: (i64, i64),
     state: RenderState,
 }
 
@@ -245,6 +253,7 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
         && p.id == header.id
         && p.created_at == header.created_at_ms
         && p.zone == clock::zone_key()
+        && !rewritten(p.len, p.mtime, &t.cached_attr().meta)
         && p.state.plain_offset.max(p.state.title_checked) <= t.cached_attr().plain_len;
     if !valid {
         return None;
@@ -256,6 +265,13 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
         return None;
     }
     Some((file, p.state))
+}
+
+/// Whether a transcript saved at `len` bytes and `mtime` is, as `now`,
+/// shorter, or of the same length under another mtime: rewritten in place,
+/// not grown.
+fn rewritten(len: u64, mtime: (i64, i64), now: &fs::Metadata) -> bool {
+    now.len() < len || (now.len() == len && (now.mtime(), now.mtime_nsec()) != mtime)
 }
 
 /// Saves the renderer's state (atomically) when `md` is still this
@@ -271,6 +287,7 @@ fn save(md: &Path, st: &Path, inner: &Inner, t: &Transcript) -> bool {
         return false;
     }
     let header = t.header();
+    let meta = t.cached_attr().meta;
     let p = Persisted {
         format: RENDER_FORMAT,
         dev: inner.ident.dev,
@@ -278,6 +295,8 @@ fn save(md: &Path, st: &Path, inner: &Inner, t: &Transcript) -> bool {
         id: header.id.clone(),
         created_at: header.created_at_ms,
         zone: clock::zone_key(),
+        len: meta.len(),
+        mtime: (meta.mtime(), meta.mtime_nsec()),
         state: inner.renderer.state().clone(),
     };
     let result = (|| -> std::io::Result<()> {

@@ -49,7 +49,7 @@ use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcrip
 const RACY: Duration = Duration::from_secs(2);
 
 /// Format of the persisted file.
-const PERSIST_VERSION: u64 = 1;
+const PERSIST_VERSION: u64 = 2;
 
 /// Sessions read (validated and scanned for a title) by every catalog of
 /// this process: a counter for tests and `.sessionfs-status`.
@@ -91,11 +91,13 @@ impl Stamp {
 enum Slot {
     /// No transcript (yet).
     Empty,
-    /// A transcript of identity `(dev, ino)` and `len` bytes on disk.
+    /// A transcript of identity `(dev, ino)`, `len` bytes and modification
+    /// time `mtime` (seconds, nanoseconds) on disk.
     Seen {
         dev: u64,
         ino: u64,
         len: u64,
+        mtime: Mtime,
         /// Its facts, `None` when the session is refused.
         facts: Option<Arc<ViewFacts>>,
         /// Settled: nothing is looked at again while the identity holds.
@@ -254,7 +256,7 @@ impl ViewCatalog {
         // One project at a time: memory for one project's sessions, and
         // the catalog held only to copy and to mark.
         for p in projects {
-            let seen: Vec<(OsString, u64, u64, u64)> = {
+            let seen: Vec<(OsString, u64, u64, u64, Mtime)> = {
                 let st = self.state.lock();
                 let Some(project) = st.projects.get(&p) else {
                     continue;
@@ -267,24 +269,32 @@ impl ViewCatalog {
                             dev,
                             ino,
                             len,
+                            mtime,
                             settled: true,
                             ..
-                        } => Some((s.clone(), *dev, *ino, *len)),
+                        } => Some((s.clone(), *dev, *ino, *len, *mtime)),
                         _ => None,
                     })
                     .collect()
             };
             let dir = store.root().join(&p);
-            // Changed: gone, another file, or shorter than when last seen
-            // (truncated or rewritten in place: transcripts only grow);
-            // `Some(len)`: grown to `len`, the same session.
-            let changed: Vec<(OsString, u64, u64, Option<u64>)> = seen
+            // Changed: gone, another file, shorter than when last seen, or
+            // of the same length with another mtime (truncated or
+            // rewritten in place: transcripts only grow); `Some(..)`: grown
+            // to that length and mtime, the same session.
+            let changed: Vec<(OsString, u64, u64, Option<Grown>)> = seen
                 .into_iter()
-                .filter_map(|(s, dev, ino, len)| {
+                .filter_map(|(s, dev, ino, len, mtime)| {
                     match fs::symlink_metadata(dir.join(&s).join(file)) {
-                        Ok(m) if (m.dev(), m.ino()) == (dev, ino) && m.len() == len => None,
+                        Ok(m)
+                            if (m.dev(), m.ino()) == (dev, ino)
+                                && m.len() == len
+                                && mtime_of(&m) == mtime =>
+                        {
+                            None
+                        }
                         Ok(m) if (m.dev(), m.ino()) == (dev, ino) && m.len() > len => {
-                            Some((s, dev, ino, Some(m.len())))
+                            Some((s, dev, ino, Some((m.len(), mtime_of(&m)))))
                         }
                         _ => Some((s, dev, ino, None)),
                     }
@@ -303,6 +313,7 @@ impl ViewCatalog {
                     dev,
                     ino,
                     len,
+                    mtime,
                     settled,
                     ..
                 }) = slot
@@ -311,7 +322,12 @@ impl ViewCatalog {
                         continue;
                     }
                     match grown {
-                        Some(to) => *len = (*len).max(*to),
+                        Some((to, to_mtime)) => {
+                            if *to > *len {
+                                *len = *to;
+                                *mtime = *to_mtime;
+                            }
+                        }
                         None => {
                             *settled = false;
                             marked += 1;
@@ -455,19 +471,24 @@ fn revisit(
         dev,
         ino,
         len,
+        mtime,
         settled,
         ..
     } = slot
     {
-        // A settled transcript that grew is the same session; one that
-        // shrank was truncated or rewritten in place (transcripts are
-        // append-only) and is read again.
-        if *dev == meta.dev() && *ino == meta.ino() && *len <= meta.len() && *settled {
-            *len = meta.len();
-            return false;
-        }
-        if *dev == meta.dev() && *ino == meta.ino() && *len == meta.len() {
-            return false;
+        // Unchanged: the same file, length and mtime. A settled transcript
+        // that grew is the same session; one that shrank, or kept its
+        // length under another mtime, was truncated or rewritten in place
+        // (transcripts are append-only) and is read again.
+        if (*dev, *ino) == (meta.dev(), meta.ino()) {
+            if *len == meta.len() && *mtime == mtime_of(&meta) {
+                return false;
+            }
+            if *settled && *len < meta.len() {
+                *len = meta.len();
+                *mtime = mtime_of(&meta);
+                return false;
+            }
         }
     }
     *slot = read_session(store, cache, names, project, session, &meta);
@@ -533,6 +554,7 @@ fn read_session(
                 dev: meta.dev(),
                 ino: meta.ino(),
                 len: meta.len(),
+                mtime: mtime_of(meta),
                 facts: None,
                 settled: false,
             };
@@ -542,9 +564,21 @@ fn read_session(
         dev: meta.dev(),
         ino: meta.ino(),
         len: meta.len(),
+        mtime: mtime_of(meta),
         facts,
         settled,
     }
+}
+
+/// A modification time: (seconds, nanoseconds).
+type Mtime = (i64, i64);
+
+/// What a transcript that grew in place has come to: length (bytes), mtime.
+type Grown = (u64, Mtime);
+
+/// A file's modification time.
+fn mtime_of(meta: &fs::Metadata) -> Mtime {
+    (meta.mtime(), meta.mtime_nsec())
 }
 
 fn name_str(name: &OsStr) -> Option<&str> {
@@ -582,6 +616,9 @@ struct PersistedSession<'a> {
     ino: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     len: Option<u64>,
+    /// The transcript's mtime (seconds, nanoseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mtime: Option<(i64, i64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     settled: Option<bool>,
     /// Absent for an empty slot; `null` for a refused session.
@@ -653,6 +690,7 @@ fn save(path: &Path, projects: &BTreeMap<OsString, Project>) {
                                     dev: None,
                                     ino: None,
                                     len: None,
+                                    mtime: None,
                                     settled: None,
                                     facts: None,
                                 },
@@ -660,10 +698,12 @@ fn save(path: &Path, projects: &BTreeMap<OsString, Project>) {
                                     dev,
                                     ino,
                                     len,
+                                    mtime,
                                     facts,
                                     settled,
                                 } => PersistedSession {
                                     name,
+                                    mtime: Some(*mtime),
                                     dev: Some(*dev),
                                     ino: Some(*ino),
                                     len: Some(*len),
@@ -725,11 +765,12 @@ fn load(path: &Path) -> BTreeMap<OsString, Project> {
         let names = &mut Interner::default();
         for s in p.sessions {
             let session: &str = &s.name;
-            let slot = match (s.dev, s.ino, s.len) {
-                (Some(dev), Some(ino), Some(len)) => Slot::Seen {
+            let slot = match (s.dev, s.ino, s.len, s.mtime) {
+                (Some(dev), Some(ino), Some(len), Some(mtime)) => Slot::Seen {
                     dev,
                     ino,
                     len,
+                    mtime,
                     settled: s.settled.unwrap_or(false),
                     facts: s.facts.flatten().map(|f| {
                         Arc::new(ViewFacts {
