@@ -282,6 +282,51 @@ fn a_frame_with_a_large_window_is_reported_not_set_aside() {
     assert_eq!(a["load"]["ok"], true, "{a}");
 }
 
+/// The same window in the header frame: `check`, `doctor` and the store's
+/// error (the words the mount's log shows) call it what it is, not damage
+/// to restore from a backup (found by a fresh tester: the mount's log did).
+#[test]
+fn a_header_frame_with_a_large_window_is_named_for_its_window() {
+    use std::io::Write;
+    let (tmp, root) = case_copy("normal");
+    let path = root.join(APP).join("Session-A/session.jsonl.zstd");
+    let plain = zstd::decode_all(&fs::read(&path).unwrap()[..]).unwrap();
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    enc.window_log(27).unwrap();
+    enc.write_all(&plain).unwrap();
+    fs::write(&path, enc.finish().unwrap()).unwrap();
+    let store = sessionfs::store::Store::open(&root, Default::default()).unwrap();
+    let e = match store.transcript(std::ffi::OsStr::new(APP), std::ffi::OsStr::new("Session-A")) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a 128 MiB window was decoded"),
+    };
+    assert!(
+        e.contains("not damage") && e.contains("window_too_large"),
+        "{e}"
+    );
+    assert!(!e.contains("restore it from a backup"), "{e}");
+    let out = Command::new(bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("not damage"), "{text}");
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let kinds: Vec<(String, String)> = findings(&report, &root)
+        .into_iter()
+        .filter(|(_, p)| p.contains("Session-A/"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(
+            "window_too_large".to_string(),
+            format!("{APP}/Session-A/session.jsonl.zstd")
+        )],
+        "{report}"
+    );
+}
+
 /// Every session the oracle finds with a transcript loads, except those
 /// refused only for content (`allowed_refusals`, by id).
 fn assert_oracle_loads(root: &Path, allowed_refusals: &[&str]) -> Value {

@@ -413,9 +413,14 @@ fn check_header_frame(
         }
         Err(HeaderFrameError::Frame(FrameError::Io(e))) => Err(e),
         Err(HeaderFrameError::Frame(FrameError::Corrupt { offset, reason })) => {
+            let note = if decode::is_window_too_large(&reason) {
+                format!("; {}", decode::window_note())
+            } else {
+                String::new()
+            };
             report
                 .problems
-                .push(format!("frame at byte {offset}: {reason}"));
+                .push(format!("frame at byte {offset}: {reason}{note}"));
             Ok(None)
         }
         Err(HeaderFrameError::LineTooLong) => {

@@ -286,6 +286,18 @@ impl StoreError {
     }
 }
 
+/// A frame refused for its window only (a header frame's `Corrupt`, a later
+/// frame's `Damaged`): what `check` and the doctor's `window_too_large`
+/// finding say, not damage.
+fn window_too_large(f: &mut fmt::Formatter<'_>, path: &Path, at: u64, reason: &str) -> fmt::Result {
+    write!(
+        f,
+        "{}: the frame at byte {at} cannot be read here ({reason}); {}",
+        Shown(path),
+        super::decode::window_note()
+    )
+}
+
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -364,12 +376,17 @@ impl fmt::Display for StoreError {
                 path,
                 offset,
                 reason,
-            } => write!(
-                f,
-                "{}: corrupt at byte {offset} ({reason}); run `sessionfs check` on it \
-                 or restore it from a backup",
-                Shown(path)
-            ),
+            } => {
+                if super::decode::is_window_too_large(reason) {
+                    return window_too_large(f, path, *offset, reason);
+                }
+                write!(
+                    f,
+                    "{}: corrupt at byte {offset} ({reason}); run `sessionfs check` on it \
+                     or restore it from a backup",
+                    Shown(path)
+                )
+            }
             StoreError::UnsupportedVersion { path, detail } => write!(
                 f,
                 "{}: unsupported session format version ({detail}); read it with the \
@@ -437,13 +454,7 @@ impl fmt::Display for StoreError {
                 nothing_verifiable_follows,
             } => {
                 if super::decode::is_window_too_large(reason) {
-                    // What `check` and the doctor's `window_too_large` say.
-                    return write!(
-                        f,
-                        "{}: the frame at byte {at} cannot be read here ({reason}); {}",
-                        Shown(path),
-                        super::decode::window_note()
-                    );
+                    return window_too_large(f, path, *at, reason);
                 }
                 write!(f, "{}: damaged at byte {at} ({reason})", Shown(path))?;
                 if let Some(r) = resumes_at {
