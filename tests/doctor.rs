@@ -664,6 +664,8 @@ fn duplicate_seq_by_two_writers_becomes_a_fork() {
     );
     let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
     assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["repaired"], 1, "{report}");
+    assert_eq!(report["summary"]["problems_left"], 0, "{report}");
     // The transcript keeps writer A's committed frames byte for byte.
     assert_eq!(fs::read(&path).unwrap(), bytes[..committed]);
     let forks = fork_dirs(&root.join(APP), id);
@@ -728,6 +730,11 @@ fn conflict_copies_become_forks() {
     }
     let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
     assert_eq!(code, 0, "{report}");
+    // The two sessions count as repaired (a fresh tester: counted clean,
+    // the summary said "0 repaired").
+    assert_eq!(report["summary"]["repaired"], 2, "{report}");
+    assert_eq!(report["summary"]["clean"], 20, "{report}");
+    assert_eq!(report["summary"]["problems_left"], 0, "{report}");
     let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
     for (id, name, original, k, divergent, bytes) in &expect {
         let dir = root.join(APP).join(id);

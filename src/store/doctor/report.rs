@@ -113,10 +113,28 @@ impl Report {
         let findings: Vec<Finding> = scan.findings().cloned().collect();
         // Each transcript's findings, gathered once (a store where every
         // transcript has one took seconds per thousand matched pairwise).
+        // A finding of another file in a transcript's session directory (a
+        // conflict copy) is the transcript's: repairing it repairs the
+        // session.
+        let transcripts: std::collections::HashSet<&Path> =
+            scan.files.iter().map(|f| f.path.as_path()).collect();
+        let in_dir: std::collections::HashMap<&Path, &Path> = scan
+            .files
+            .iter()
+            .filter_map(|f| Some((f.path.parent()?, f.path.as_path())))
+            .collect();
         let mut by_path: std::collections::HashMap<&Path, Vec<&Finding>> =
             std::collections::HashMap::new();
         for x in &findings {
-            by_path.entry(x.path.as_path()).or_default().push(x);
+            let own = x.path.as_path();
+            let key = if transcripts.contains(own) {
+                own
+            } else {
+                own.parent()
+                    .and_then(|d| in_dir.get(d).copied())
+                    .unwrap_or(own)
+            };
+            by_path.entry(key).or_default().push(x);
         }
         let mut sessions = Vec::with_capacity(scan.files.len());
         let mut summary = Summary::default();
