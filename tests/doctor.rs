@@ -775,6 +775,79 @@ fn conflict_copies_become_forks() {
     assert!(tree_bytes(&root) == before, "the root after --restore");
 }
 
+/// `header` (a JSON object line) with its keys in reverse order: the same
+/// header to the reference, other bytes.
+fn reordered(header: &str) -> String {
+    let v: serde_json::Map<String, Value> = serde_json::from_str(header).unwrap();
+    let mut keys: Vec<(&String, &Value)> = v.iter().collect();
+    keys.sort_by(|a, b| b.0.cmp(a.0));
+    let body: Vec<String> = keys
+        .iter()
+        .map(|(k, v)| format!("{}:{}", Value::from(k.as_str()), v))
+        .collect();
+    let text = format!("{{{}}}", body.join(","));
+    assert_ne!(text, header);
+    text
+}
+
+#[test]
+fn a_conflict_copy_with_its_header_in_other_bytes_still_becomes_a_fork() {
+    // Found by a fresh tester: a copy whose header line differed from the
+    // transcript's in bytes only (key order) shared no line with it, so its
+    // own events were set aside as "nothing the transcript lacks".
+    let (tmp, root) = case_copy("unpacked");
+    let id = "clock-skew";
+    let name = "session.sync-conflict-20260105-101010-ABCDEFG.jsonl.zstd";
+    let dir = root.join(APP).join(id);
+    let original = lines_of(&dir.join("session.jsonl.zstd"));
+    let k = (original.len() - 1) / 2;
+    let divergent: Vec<String> = (0..4)
+        .map(|i| other_writer(&original[k + 1 + i], (k + i) as u64))
+        .collect();
+    let mut copy = vec![reordered(&original[0])];
+    copy.extend(original[1..=k].iter().cloned());
+    copy.extend(divergent.iter().cloned());
+    fs::write(dir.join(name), frame(&joined(&copy))).unwrap();
+    // Another session's transcript under a conflict copy's name: not a copy
+    // of this session, so nothing of it is taken or moved.
+    let stranger = root.join(APP).join("Session-A").join(name);
+    fs::copy(dir.join("session.jsonl.zstd"), &stranger).unwrap();
+    let stranger_bytes = fs::read(&stranger).unwrap();
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 1, "the stranger is a problem left: {report}");
+    assert!(!dir.join(name).exists());
+    let forks = fork_dirs(&root.join(APP), id);
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_fork(
+        &forks[0].join("session.jsonl.zstd"),
+        id,
+        &original,
+        k as u64,
+        &divergent,
+    );
+    assert_eq!(fs::read(&stranger).unwrap(), stranger_bytes);
+    let left: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["done"].is_null() && f["kind"] == "conflict_copy")
+        .collect();
+    assert_eq!(left.len(), 1, "{report}");
+    assert!(
+        left[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("Session-A/{name}")),
+        "{report}"
+    );
+    assert!(
+        left[0]["fix"].as_str().unwrap().contains("left in place"),
+        "{report}"
+    );
+    assert_eq!(report["summary"]["problems_left"], 1, "{report}");
+}
+
 // ---- Output ----
 
 /// A validator of `docs/doctor-report.schema.json`.

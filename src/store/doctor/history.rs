@@ -76,6 +76,26 @@ pub fn common_lines(a: &[&[u8]], b: &[&[u8]]) -> usize {
     a.iter().zip(b.iter()).take_while(|(x, y)| x == y).count()
 }
 
+/// How a conflict copy's lines `a` relate to its transcript's lines `b`:
+/// the number of leading lines they share, the header counted as shared
+/// when both are headers of the same session id (a copy whose header line
+/// differs in bytes only, another `createdAt` or key order, still shares
+/// the session); `None` when the copy's first line is not a header of the
+/// transcript's session (another session's transcript, or no header).
+pub fn copy_history(a: &[&[u8]], b: &[&[u8]]) -> Option<usize> {
+    let id = |lines: &[&[u8]]| {
+        lines
+            .first()
+            .and_then(|l| super::super::header::parse_header(l).ok())
+            .map(|h| h.id)
+    };
+    let (ida, idb) = (id(a), id(b));
+    if ida.is_none() || ida != idb {
+        return None;
+    }
+    Some(1 + common_lines(&a[1..], &b[1..]))
+}
+
 /// The finding about a conflict copy: where it diverges from the
 /// transcript beside it.
 pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
@@ -85,21 +105,12 @@ pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
     ) {
         (Ok(a), Ok(b)) => {
             let (la, lb) = (lines(&a), lines(&b));
-            let same = common_lines(&la, &lb);
-            if same == la.len() && la.len() == lb.len() {
-                "a sync tool's conflict copy with the same history as the transcript".to_string()
-            } else if same == la.len() {
-                format!(
-                    "a sync tool's conflict copy holding a prefix ({} lines) of the transcript",
-                    la.len()
-                )
-            } else {
-                format!(
-                    "a sync tool's conflict copy: it diverges from the transcript after {same} \
-                     common lines (copy: {} lines, transcript: {} lines)",
-                    la.len(),
-                    lb.len()
-                )
+            match copy_history(&la, &lb) {
+                None => "a file named like a sync tool's conflict copy that is not a copy of \
+                         this session (its first line is not this session's header); it is \
+                         left in place"
+                    .to_string(),
+                Some(same) => copy_detail(same, la.len(), lb.len()),
             }
         }
         (Err(e), _) => format!("a sync tool's conflict copy that cannot be read: {e}"),
@@ -107,4 +118,19 @@ pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
     };
     let _ = copy;
     Finding::new(&c.path, Kind::ConflictCopy, detail)
+}
+
+/// The words of a conflict copy of `copy` lines sharing `same` leading
+/// lines with a transcript of `main` lines.
+fn copy_detail(same: usize, copy: usize, main: usize) -> String {
+    if same == copy && copy == main {
+        "a sync tool's conflict copy with the same history as the transcript".to_string()
+    } else if same == copy {
+        format!("a sync tool's conflict copy holding a prefix ({copy} lines) of the transcript")
+    } else {
+        format!(
+            "a sync tool's conflict copy: it diverges from the transcript after {same} common \
+             lines (copy: {copy} lines, transcript: {main} lines)"
+        )
+    }
 }

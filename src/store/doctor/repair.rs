@@ -19,7 +19,7 @@ use super::super::quarantine::Quarantine;
 use super::super::transcript::Encoding;
 use super::finding::{Kind, Remedy};
 use super::fork::{fork_id, fork_lines};
-use super::history::{common_lines, lines, readable_text};
+use super::history::{copy_history, lines, readable_text};
 use super::restore::{Entry, Manifest};
 use super::Scan;
 
@@ -816,7 +816,15 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
     let copy_text = readable_text(&c.path, c.encoding)?;
     let main_text = readable_text(&c.transcript, c.encoding)?;
     let (a, b) = (lines(&copy_text), lines(&main_text));
-    let same = common_lines(&a, &b);
+    // Not a copy of this session: left where it is (the finding stays, its
+    // fix says what to do), never set aside as holding nothing new.
+    let same = copy_history(&a, &b).ok_or_else(|| {
+        std::io::Error::other(
+            "its first line is not this session's header: it is another session's transcript \
+             or no transcript; it was left in place: move it into a session directory of its \
+             own (named by its header's id), or out of the root",
+        )
+    })?;
     let parent = scan
         .files
         .iter()
@@ -825,7 +833,7 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
         .ok_or_else(|| std::io::Error::other("the transcript beside it has no valid header"))?;
     let mut text = "the copy holds nothing the transcript lacks".to_string();
     let mut made = None;
-    if same < a.len() && same > 0 {
+    if same < a.len() {
         let first_seq = serde_json::from_slice::<serde_json::Value>(a[same])
             .ok()
             .and_then(|v| {
