@@ -212,6 +212,22 @@ fn the_failed_frame_is_named_and_counted() {
     assert!(f["detail"].as_str().unwrap().starts_with("frame "), "{f}");
 }
 
+/// Session-A's one finding in `report` is `window_too_large`.
+fn assert_window_finding_only(report: &Value, root: &Path) {
+    let kinds: Vec<(String, String)> = findings(report, root)
+        .into_iter()
+        .filter(|(_, p)| p.contains("Session-A/"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(
+            "window_too_large".to_string(),
+            format!("{APP}/Session-A/session.jsonl.zstd")
+        )],
+        "{report}"
+    );
+}
+
 /// A frame whose window is larger than sessionfs decodes (16 MiB) but the
 /// reference reads (`zstd --long=27`): reported, never set aside, and the
 /// reference still loads the session after `--repair` (found by a fresh
@@ -238,18 +254,7 @@ fn a_frame_with_a_large_window_is_reported_not_set_aside() {
     bytes.extend_from_slice(&frame);
     fs::write(&path, &bytes).unwrap();
     let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
-    let kinds: Vec<(String, String)> = findings(&report, &root)
-        .into_iter()
-        .filter(|(_, p)| p.contains("Session-A/"))
-        .collect();
-    assert_eq!(
-        kinds,
-        [(
-            "window_too_large".to_string(),
-            format!("{APP}/Session-A/session.jsonl.zstd")
-        )],
-        "{report}"
-    );
+    assert_window_finding_only(&report, &root);
     assert_eq!(
         fs::read(&path).unwrap(),
         bytes,
@@ -313,18 +318,7 @@ fn a_header_frame_with_a_large_window_is_named_for_its_window() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(text.contains("not damage"), "{text}");
     let (_, report) = doctor_json(tmp.path(), &root, &[]);
-    let kinds: Vec<(String, String)> = findings(&report, &root)
-        .into_iter()
-        .filter(|(_, p)| p.contains("Session-A/"))
-        .collect();
-    assert_eq!(
-        kinds,
-        [(
-            "window_too_large".to_string(),
-            format!("{APP}/Session-A/session.jsonl.zstd")
-        )],
-        "{report}"
-    );
+    assert_window_finding_only(&report, &root);
 }
 
 /// Every session the oracle finds with a transcript loads, except those
@@ -566,6 +560,17 @@ fn other_writer(line: &str, seq: u64) -> String {
     serde_json::to_string(&v).unwrap()
 }
 
+/// Where a second writer's history leaves `original` (the line after its
+/// middle), and `n` lines of it: the original's next lines, changed, with
+/// the `seq`s the original gives them.
+fn diverged(original: &[String], n: usize) -> (usize, Vec<String>) {
+    let k = (original.len() - 1) / 2;
+    let divergent = (0..n)
+        .map(|i| other_writer(&original[k + 1 + i], (k + i) as u64))
+        .collect();
+    (k, divergent)
+}
+
 fn joined(lines: &[String]) -> String {
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
@@ -693,6 +698,29 @@ fn duplicate_seq_by_two_writers_becomes_a_fork() {
     assert!(tree_bytes(&root) == before, "the root after --restore");
 }
 
+/// Session `id`'s conflict copy `name` is gone, and one fork holds
+/// `original` up to line `k` and the copy's `divergent` lines; its id.
+fn assert_copy_forked(
+    root: &Path,
+    id: &str,
+    name: &str,
+    original: &[String],
+    k: usize,
+    divergent: &[String],
+) -> String {
+    assert!(!root.join(APP).join(id).join(name).exists());
+    let forks = fork_dirs(&root.join(APP), id);
+    assert_eq!(forks.len(), 1, "{forks:?}");
+    assert_fork(
+        &forks[0].join("session.jsonl.zstd"),
+        id,
+        original,
+        k as u64,
+        divergent,
+    );
+    forks[0].file_name().unwrap().to_str().unwrap().to_string()
+}
+
 #[test]
 fn conflict_copies_become_forks() {
     let (tmp, root) = case_copy("unpacked");
@@ -709,10 +737,7 @@ fn conflict_copies_become_forks() {
     ] {
         let dir = root.join(APP).join(id);
         let original = lines_of(&dir.join("session.jsonl.zstd"));
-        let k = (original.len() - 1) / 2;
-        let divergent: Vec<String> = (0..5)
-            .map(|i| other_writer(&original[k + 1 + i], (k + i) as u64))
-            .collect();
+        let (k, divergent) = diverged(&original, 5);
         let mut copy = original[..=k].to_vec();
         copy.extend(divergent.iter().cloned());
         let bytes = frame(&joined(&copy));
@@ -737,19 +762,8 @@ fn conflict_copies_become_forks() {
     assert_eq!(report["summary"]["problems_left"], 0, "{report}");
     let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
     for (id, name, original, k, divergent, bytes) in &expect {
-        let dir = root.join(APP).join(id);
-        assert!(!dir.join(name).exists());
-        let forks = fork_dirs(&root.join(APP), id);
-        assert_eq!(forks.len(), 1, "{forks:?}");
-        assert_fork(
-            &forks[0].join("session.jsonl.zstd"),
-            id,
-            original,
-            *k as u64,
-            divergent,
-        );
-        let fork_id = forks[0].file_name().unwrap().to_str().unwrap();
-        assert_eq!(oracle::oracle_session(&o, fork_id)["load"]["ok"], true);
+        let fork_id = assert_copy_forked(&root, id, name, original, *k, divergent);
+        assert_eq!(oracle::oracle_session(&o, &fork_id)["load"]["ok"], true);
         let _ = bytes;
     }
     let run = PathBuf::from(report["quarantine"].as_str().unwrap());
@@ -800,10 +814,7 @@ fn a_conflict_copy_with_its_header_in_other_bytes_still_becomes_a_fork() {
     let name = "session.sync-conflict-20260105-101010-ABCDEFG.jsonl.zstd";
     let dir = root.join(APP).join(id);
     let original = lines_of(&dir.join("session.jsonl.zstd"));
-    let k = (original.len() - 1) / 2;
-    let divergent: Vec<String> = (0..4)
-        .map(|i| other_writer(&original[k + 1 + i], (k + i) as u64))
-        .collect();
+    let (k, divergent) = diverged(&original, 4);
     let mut copy = vec![reordered(&original[0])];
     copy.extend(original[1..=k].iter().cloned());
     copy.extend(divergent.iter().cloned());
@@ -816,16 +827,7 @@ fn a_conflict_copy_with_its_header_in_other_bytes_still_becomes_a_fork() {
 
     let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
     assert_eq!(code, 1, "the stranger is a problem left: {report}");
-    assert!(!dir.join(name).exists());
-    let forks = fork_dirs(&root.join(APP), id);
-    assert_eq!(forks.len(), 1, "{forks:?}");
-    assert_fork(
-        &forks[0].join("session.jsonl.zstd"),
-        id,
-        &original,
-        k as u64,
-        &divergent,
-    );
+    assert_copy_forked(&root, id, name, &original, k, &divergent);
     assert_eq!(fs::read(&stranger).unwrap(), stranger_bytes);
     let left: Vec<&Value> = report["findings"]
         .as_array()
