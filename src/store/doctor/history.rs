@@ -11,7 +11,7 @@ use super::super::classify::walk;
 use super::super::decode;
 use super::super::frame::{FrameInfo, FrameKind};
 use super::super::transcript::Encoding;
-use super::finding::{Finding, Kind};
+use super::finding::{Finding, Kind, Remedy};
 use super::layout::ConflictCopy;
 use super::scan_file::FileScan;
 
@@ -96,6 +96,14 @@ pub fn copy_history(a: &[&[u8]], b: &[&[u8]]) -> Option<usize> {
     Some(1 + common_lines(&a[1..], &b[1..]))
 }
 
+/// What a file under a conflict copy's name that is not a copy of its
+/// session is, and what to do about it (`--repair` leaves it in place).
+const STRANGER: &str = "a file named like a sync tool's conflict copy that is not a copy of this \
+     session: its first line is not this session's header";
+pub const STRANGER_FIX: &str = "it is another session's transcript or no transcript, and \
+     --repair leaves it in place: move it into a session directory of its own (named by its \
+     header's id), or out of the root";
+
 /// The finding about a conflict copy: where it diverges from the
 /// transcript beside it.
 pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
@@ -106,10 +114,11 @@ pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
         (Ok(a), Ok(b)) => {
             let (la, lb) = (lines(&a), lines(&b));
             match copy_history(&la, &lb) {
-                None => "a file named like a sync tool's conflict copy that is not a copy of \
-                         this session (its first line is not this session's header); it is \
-                         left in place"
-                    .to_string(),
+                None => {
+                    return Finding::new(&c.path, Kind::ConflictCopy, STRANGER)
+                        .with_remedy(Remedy::Report)
+                        .with_fix(STRANGER_FIX)
+                }
                 Some(same) => copy_detail(same, la.len(), lb.len()),
             }
         }

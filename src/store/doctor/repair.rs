@@ -178,7 +178,7 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
                 .map(|c| format!("moved to the quarantine folder as {}", Shown(&c))),
             Kind::Misplaced => move_home(&mut run, scan, &f.path),
             Kind::EncodingMismatch => convert(&mut run, &f.path, encoding),
-            Kind::ConflictCopy => fork_conflict(&mut run, scan, i),
+            Kind::ConflictCopy if f.remedy == Remedy::Fork => fork_conflict(&mut run, scan, i),
             _ => continue,
         };
         scan.layout[i].done = Some(match done {
@@ -818,13 +818,8 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
     let (a, b) = (lines(&copy_text), lines(&main_text));
     // Not a copy of this session: left where it is (the finding stays, its
     // fix says what to do), never set aside as holding nothing new.
-    let same = copy_history(&a, &b).ok_or_else(|| {
-        std::io::Error::other(
-            "its first line is not this session's header: it is another session's transcript \
-             or no transcript; it was left in place: move it into a session directory of its \
-             own (named by its header's id), or out of the root",
-        )
-    })?;
+    let same =
+        copy_history(&a, &b).ok_or_else(|| std::io::Error::other(super::history::STRANGER_FIX))?;
     let parent = scan
         .files
         .iter()
