@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -223,4 +224,24 @@ fn a_transcript_rewritten_in_place_to_the_same_length_gets_its_new_title() {
         "the old title is still listed: {text}"
     );
     assert!(!text.contains("Because a and the need"), "{text}");
+
+    // Grown (a list records the new length), then rewritten in place to
+    // that length: rewritten, not grown.
+    let mut grown = new_lines.clone();
+    grown.push(grown.last().unwrap().clone());
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&framed(&grown[grown.len() - 1..]))
+        .unwrap();
+    let (text, _) = list(&root, &cache, &["--by", "title"]);
+    assert!(text.contains(&format!("{word} a and the need")), "{text}");
+    let (again, word2) = same_length_rewrite(&grown, &word);
+    rewrite_in_place(&path, &framed(&again));
+    let (text, _) = list(&root, &cache, &["--by", "title"]);
+    assert!(
+        text.contains(&format!("{word2} a and the need")),
+        "a rewrite to the grown length kept the old title: {text}"
+    );
 }

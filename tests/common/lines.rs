@@ -64,6 +64,7 @@ pub fn same_length_rewrite(lines: &[Vec<u8>], word: &str) -> (Vec<Vec<u8>>, Stri
     );
     "QZXJVWK"
         .chars()
+        .filter(|&c| !word.starts_with(c))
         .find_map(|c| {
             let new = format!("{c}{}", &word[1..]);
             let mut changed = lines.to_vec();

@@ -118,7 +118,17 @@ struct State {
     /// A sweep marked sessions to look at again: the next snapshot
     /// revalidates, whatever its age.
     stale: bool,
+    /// A sweep recorded transcripts' growth that is not persisted yet
+    /// (saved by a snapshot at most every [`GROWTH_SAVE_EVERY`]).
+    unsaved_growth: bool,
+    /// When the catalog was last persisted by this process.
+    saved_at: Option<Instant>,
 }
+
+/// How often growth alone (lengths and mtimes the sweep recorded, no view
+/// changed) is persisted: a later mount then takes a transcript rewritten
+/// in place to its grown length for rewritten, not grown.
+const GROWTH_SAVE_EVERY: Duration = Duration::from_secs(30);
 
 /// The catalog of one root's views.
 pub struct ViewCatalog {
@@ -151,6 +161,8 @@ impl ViewCatalog {
                 projects,
                 snapshot: None,
                 stale: false,
+                unsaved_growth: false,
+                saved_at: None,
             }),
             persist,
             max_age,
@@ -192,9 +204,15 @@ impl ViewCatalog {
         }
         st.stale = false;
         let found = rescan(store, &self.cache, &mut st.projects)?;
-        if found.persist {
+        let growth_due = st.unsaved_growth
+            && st
+                .saved_at
+                .is_none_or(|at| at.elapsed() >= GROWTH_SAVE_EVERY);
+        if found.persist || growth_due {
             if let Some(path) = &self.persist {
                 save(path, &st.projects);
+                st.saved_at = Some(Instant::now());
+                st.unsaved_growth = false;
             }
         }
         if found.views || st.snapshot.is_none() {
@@ -304,6 +322,7 @@ impl ViewCatalog {
                 continue;
             }
             let mut st = self.state.lock();
+            let mut grew = false;
             for (s, dev0, ino0, grown) in &changed {
                 let slot = st
                     .projects
@@ -326,6 +345,7 @@ impl ViewCatalog {
                             if *to > *len {
                                 *len = *to;
                                 *mtime = *to_mtime;
+                                grew = true;
                             }
                         }
                         None => {
@@ -336,6 +356,7 @@ impl ViewCatalog {
                 }
             }
             st.stale |= marked > 0;
+            st.unsaved_growth |= grew;
         }
         marked
     }
