@@ -824,31 +824,77 @@ fn a_conflict_copy_with_its_header_in_other_bytes_still_becomes_a_fork() {
     let stranger = root.join(APP).join("Session-A").join(name);
     fs::copy(dir.join("session.jsonl.zstd"), &stranger).unwrap();
     let stranger_bytes = fs::read(&stranger).unwrap();
+    // A copy with a damaged frame between its own events (a second
+    // tester: it was called a prefix and set aside, the intact events
+    // after the damage with it).
+    let sid = "crashed-open-turn";
+    let sdir = root.join(APP).join(sid);
+    let theirs = lines_of(&sdir.join("session.jsonl.zstd"));
+    let (sk, unique) = diverged(&theirs, 4);
+    let mut damaged = frame(&joined(&theirs[..=sk]));
+    // A frame with a checksum, one byte of it flipped: it fails to decode.
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    enc.include_checksum(true).unwrap();
+    std::io::Write::write_all(&mut enc, joined(&unique[..2]).as_bytes()).unwrap();
+    let mut bad = enc.finish().unwrap();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    damaged.extend(bad);
+    damaged.extend(frame(&joined(&unique[2..])));
+    fs::write(sdir.join(name), &damaged).unwrap();
 
+    let (_, before) = doctor_json(tmp.path(), &root, &[]);
+    let fork_fix = before["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["path"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("{id}/{name}"))
+        })
+        .unwrap()["fix"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        fork_fix.starts_with(&format!("sessionfs doctor --repair '{}'", root.display())),
+        "a copy is repaired by a run over the root: {fork_fix}"
+    );
     let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
     assert_eq!(code, 1, "the stranger is a problem left: {report}");
     assert_copy_forked(&root, id, name, &original, k, &divergent);
     assert_eq!(fs::read(&stranger).unwrap(), stranger_bytes);
-    let left: Vec<&Value> = report["findings"]
+    assert_eq!(fs::read(sdir.join(name)).unwrap(), damaged);
+    assert!(fork_dirs(&root.join(APP), sid).is_empty());
+    let left: BTreeMap<String, String> = report["findings"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|f| f["done"].is_null() && f["kind"] == "conflict_copy")
+        .map(|f| {
+            let path = f["path"].as_str().unwrap();
+            let session = Path::new(path).parent().unwrap().file_name().unwrap();
+            (
+                session.to_string_lossy().into_owned(),
+                format!("{} / {}", f["detail"], f["fix"]),
+            )
+        })
         .collect();
-    assert_eq!(left.len(), 1, "{report}");
-    assert!(
-        left[0]["path"]
-            .as_str()
-            .unwrap()
-            .ends_with(&format!("Session-A/{name}")),
+    assert_eq!(
+        left.keys().collect::<Vec<_>>(),
+        ["Session-A", sid],
         "{report}"
     );
-    let fix = left[0]["fix"].as_str().unwrap();
-    assert!(
-        fix.contains("leaves it in place") && !fix.contains("failed"),
-        "{report}"
-    );
-    assert_eq!(report["summary"]["problems_left"], 1, "{report}");
+    for text in left.values() {
+        assert!(
+            text.contains("leaves it in place") && !text.contains("failed"),
+            "{text}"
+        );
+    }
+    assert!(left[sid].contains("does not decode"), "{}", left[sid]);
+    assert_eq!(report["summary"]["problems_left"], 2, "{report}");
 }
 
 // ---- Output ----

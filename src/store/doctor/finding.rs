@@ -226,6 +226,16 @@ impl Kind {
 
 fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
     let shown = super::super::error::ShellArg(path).to_string();
+    if let (Kind::ConflictCopy, Remedy::Fork, Some(root)) = (kind, remedy, path.ancestors().nth(3))
+    {
+        // ROOT/project/session/copy: only a run over the root compares the
+        // copy with the transcript beside it.
+        return format!(
+            "sessionfs doctor --repair {} (a run over the root, which reads the copy with its \
+             transcript)",
+            super::super::error::ShellArg(root)
+        );
+    }
     match remedy {
         Remedy::SetAside if kind.sets_the_session_aside() => format!(
             "sessionfs doctor --repair {shown} (moves the transcript to the quarantine \

@@ -7,9 +7,9 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
-use super::super::classify::walk;
+use super::super::classify::{walk, WalkEnd};
 use super::super::decode;
-use super::super::frame::{FrameInfo, FrameKind};
+use super::super::frame::{FrameError, FrameInfo, FrameKind};
 use super::super::transcript::Encoding;
 use super::finding::{Finding, Kind, Remedy};
 use super::layout::ConflictCopy;
@@ -21,6 +21,17 @@ use super::scan_file::FileScan;
 ///
 /// Errors: opening or reading the file.
 pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>> {
+    readable_prefix(path, encoding).map(|(text, _)| text)
+}
+
+/// [`readable_text`], and the offset (bytes) of the first complete frame
+/// that fails to decode (damage, or a window larger than sessionfs
+/// decodes), `None` when every complete frame decodes: the text then holds
+/// every complete line of the file.
+///
+/// Errors: opening or reading the file.
+pub fn readable_prefix(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<u8>, Option<u64>)> {
+    let mut failed_at = None;
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let mut out = Vec::new();
@@ -31,7 +42,7 @@ pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>
         Encoding::Zstd => {
             let mut failed = false;
             let mut io_err = None;
-            let _ = walk(&file, 0, len, None, |info: &FrameInfo| {
+            let end = walk(&file, 0, len, None, |info: &FrameInfo| {
                 if failed || info.kind == FrameKind::Skippable {
                     return !failed;
                 }
@@ -47,6 +58,7 @@ pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>
                     }
                     _ => {
                         failed = true;
+                        failed_at = Some(info.offset);
                         false
                     }
                 }
@@ -54,11 +66,18 @@ pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>
             if let Some(e) = io_err {
                 return Err(e);
             }
+            // Damage the walk stops at, unless no verifiable frame can
+            // follow it (garbage at the end, which holds no frame).
+            failed_at = failed_at.or(match end {
+                Ok(WalkEnd::Damaged(d)) if !d.nothing_verifiable_follows => Some(d.at),
+                Err(FrameError::Corrupt { offset, .. }) => Some(offset),
+                _ => None,
+            });
         }
     }
     let complete = out.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     out.truncate(complete);
-    Ok(out)
+    Ok((out, failed_at))
 }
 
 /// The lines of `text` (each without its `\n`).
@@ -104,14 +123,34 @@ pub const STRANGER_FIX: &str = "it is another session's transcript or no transcr
      --repair leaves it in place: move it into a session directory of its own (named by its \
      header's id), or out of the root";
 
+/// What a conflict copy is whose frame at byte `at` does not decode.
+pub fn damaged_copy(at: u64) -> String {
+    format!(
+        "a sync tool's conflict copy whose frame at byte {at} does not decode (damaged, or a \
+         window larger than sessionfs reads): frames after it may hold events the transcript \
+         lacks"
+    )
+}
+
+/// What to do about it (`--repair` leaves it in place).
+pub const DAMAGED_COPY_FIX: &str = "--repair leaves it in place: read what it holds with \
+     `zstd -dc` (add --long=31 for a large window) and compare it with the transcript, or \
+     restore an intact copy";
+
 /// The finding about a conflict copy: where it diverges from the
 /// transcript beside it.
 pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
     let detail = match (
-        readable_text(&c.path, c.encoding),
+        readable_prefix(&c.path, c.encoding),
         readable_text(&c.transcript, c.encoding),
     ) {
-        (Ok(a), Ok(b)) => {
+        (Ok((_, Some(at))), _) => {
+            return Finding::new(&c.path, Kind::ConflictCopy, damaged_copy(at))
+                .at(at)
+                .with_remedy(Remedy::Report)
+                .with_fix(DAMAGED_COPY_FIX)
+        }
+        (Ok((a, None)), Ok(b)) => {
             let (la, lb) = (lines(&a), lines(&b));
             match copy_history(&la, &lb) {
                 None => {

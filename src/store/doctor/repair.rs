@@ -19,7 +19,7 @@ use super::super::quarantine::Quarantine;
 use super::super::transcript::Encoding;
 use super::finding::{Kind, Remedy};
 use super::fork::{fork_id, fork_lines};
-use super::history::{copy_history, lines, readable_text};
+use super::history::{copy_history, lines, readable_prefix, readable_text};
 use super::restore::{Entry, Manifest};
 use super::Scan;
 
@@ -813,7 +813,16 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
         .iter()
         .find(|(c, _)| c.path == path)
         .ok_or_else(|| std::io::Error::other("not scanned"))?;
-    let copy_text = readable_text(&c.path, c.encoding)?;
+    let (copy_text, failed_at) = readable_prefix(&c.path, c.encoding)?;
+    if let Some(at) = failed_at {
+        // Checked again: never set aside what a frame it cannot read may
+        // hold.
+        return Err(std::io::Error::other(format!(
+            "{}; {}",
+            super::history::damaged_copy(at),
+            super::history::DAMAGED_COPY_FIX
+        )));
+    }
     let main_text = readable_text(&c.transcript, c.encoding)?;
     let (a, b) = (lines(&copy_text), lines(&main_text));
     // Not a copy of this session: left where it is (the finding stays, its
