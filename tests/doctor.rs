@@ -50,6 +50,16 @@ fn doctor_json(state: &Path, target: &Path, extra: &[&str]) -> (i32, Value) {
 }
 
 /// (kind, path relative to `root`) of every finding, sorted, duplicates kept.
+/// The first finding of `report` whose path ends with `suffix`.
+fn finding_at<'a>(report: &'a Value, suffix: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().is_some_and(|p| p.ends_with(suffix)))
+        .unwrap_or_else(|| panic!("no finding for {suffix}: {report}"))
+}
+
 fn findings(report: &Value, root: &Path) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = report["findings"]
         .as_array()
@@ -844,17 +854,7 @@ fn a_conflict_copy_with_its_header_in_other_bytes_still_becomes_a_fork() {
     fs::write(sdir.join(name), &damaged).unwrap();
 
     let (_, before) = doctor_json(tmp.path(), &root, &[]);
-    let fork_fix = before["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| {
-            f["path"]
-                .as_str()
-                .unwrap()
-                .ends_with(&format!("{id}/{name}"))
-        })
-        .unwrap()["fix"]
+    let fork_fix = finding_at(&before, &format!("{id}/{name}"))["fix"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1319,16 +1319,7 @@ fn a_directory_named_like_a_transcript_is_to_be_moved_out() {
     fs::create_dir(&t).unwrap();
     let (code, report) = doctor_json(tmp.path(), &root, &[]);
     assert_eq!(code, 1, "{report}");
-    let f = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| {
-            f["path"]
-                .as_str()
-                .is_some_and(|p| p.ends_with("Session-A/session.jsonl.zstd"))
-        })
-        .unwrap_or_else(|| panic!("no finding for the directory: {report}"));
+    let f = finding_at(&report, "Session-A/session.jsonl.zstd");
     assert_eq!(f["kind"], "unreadable", "{f}");
     assert!(f["detail"].as_str().unwrap().contains("a directory"), "{f}");
     assert!(
