@@ -20,6 +20,7 @@ pub mod event_shape;
 pub mod frame;
 pub mod fresh;
 pub mod fskind;
+pub mod growth;
 pub mod hash;
 pub mod header;
 mod hidden_locks;

@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::super::error::{Result, StoreError};
+use super::super::growth;
 use super::super::transcript::{FileIdent, Transcript};
 use super::{clock, render_range, RenderState, Renderer, RENDER_FORMAT};
 
@@ -46,7 +47,7 @@ struct Persisted {
     /// length under another mtime, or a shorter one, was rewritten in place
     /// (transcripts only grow).
     len: u64,
-    mtime: (i64, i64),
+    mtime: growth::Mtime,
     state: RenderState,
 }
 
@@ -253,7 +254,7 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
         && p.id == header.id
         && p.created_at == header.created_at_ms
         && p.zone == clock::zone_key()
-        && !rewritten(p.len, p.mtime, &t.cached_attr().meta)
+        && growth::since(p.len, p.mtime, &t.cached_attr().meta) != growth::Since::Rewritten
         && p.state.plain_offset.max(p.state.title_checked) <= t.cached_attr().plain_len;
     if !valid {
         return None;
@@ -265,13 +266,6 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
         return None;
     }
     Some((file, p.state))
-}
-
-/// Whether a transcript saved at `len` bytes and `mtime` is, as `now`,
-/// shorter, or of the same length under another mtime: rewritten in place,
-/// not grown.
-fn rewritten(len: u64, mtime: (i64, i64), now: &fs::Metadata) -> bool {
-    now.len() < len || (now.len() == len && (now.mtime(), now.mtime_nsec()) != mtime)
 }
 
 /// Saves the renderer's state (atomically) when `md` is still this
@@ -296,7 +290,7 @@ fn save(md: &Path, st: &Path, inner: &Inner, t: &Transcript) -> bool {
         created_at: header.created_at_ms,
         zone: clock::zone_key(),
         len: meta.len(),
-        mtime: (meta.mtime(), meta.mtime_nsec()),
+        mtime: growth::mtime_of(&meta),
         state: inner.renderer.state().clone(),
     };
     let result = (|| -> std::io::Result<()> {

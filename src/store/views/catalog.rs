@@ -42,6 +42,7 @@ use super::facts::{scan_title, Interner, ViewFacts};
 use super::names::fnv1a;
 use super::sweeper::Sweeper;
 use super::tree::ViewSnapshot;
+use crate::store::growth::{mtime_of, since, Mtime, Since};
 use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcript};
 
 /// A directory timestamp this close to the scan's clock is not trusted:
@@ -303,16 +304,13 @@ impl ViewCatalog {
             let changed: Vec<(OsString, u64, u64, Option<Grown>)> = seen
                 .into_iter()
                 .filter_map(|(s, dev, ino, len, mtime)| {
-                    match fs::symlink_metadata(dir.join(&s).join(file)) {
-                        Ok(m)
-                            if (m.dev(), m.ino()) == (dev, ino)
-                                && m.len() == len
-                                && mtime_of(&m) == mtime =>
-                        {
-                            None
-                        }
-                        Ok(m) if (m.dev(), m.ino()) == (dev, ino) && m.len() > len => {
-                            Some((s, dev, ino, Some((m.len(), mtime_of(&m)))))
+                    let now = fs::symlink_metadata(dir.join(&s).join(file))
+                        .ok()
+                        .filter(|m| (m.dev(), m.ino()) == (dev, ino));
+                    match now.as_ref().map(|m| (since(len, mtime, m), m)) {
+                        Some((Since::Unchanged, _)) => None,
+                        Some((Since::Grown, m)) => {
+                            Some((s, dev, ino, Some((m.len(), mtime_of(m)))))
                         }
                         _ => Some((s, dev, ino, None)),
                     }
@@ -502,13 +500,14 @@ fn revisit(
         // length under another mtime, was truncated or rewritten in place
         // (transcripts are append-only) and is read again.
         if (*dev, *ino) == (meta.dev(), meta.ino()) {
-            if *len == meta.len() && *mtime == mtime_of(&meta) {
-                return false;
-            }
-            if *settled && *len < meta.len() {
-                *len = meta.len();
-                *mtime = mtime_of(&meta);
-                return false;
+            match since(*len, *mtime, &meta) {
+                Since::Unchanged => return false,
+                Since::Grown if *settled => {
+                    *len = meta.len();
+                    *mtime = mtime_of(&meta);
+                    return false;
+                }
+                _ => {}
             }
         }
     }
@@ -591,16 +590,8 @@ fn read_session(
     }
 }
 
-/// A modification time: (seconds, nanoseconds).
-type Mtime = (i64, i64);
-
 /// What a transcript that grew in place has come to: length (bytes), mtime.
 type Grown = (u64, Mtime);
-
-/// A file's modification time.
-fn mtime_of(meta: &fs::Metadata) -> Mtime {
-    (meta.mtime(), meta.mtime_nsec())
-}
 
 fn name_str(name: &OsStr) -> Option<&str> {
     name.to_str()
