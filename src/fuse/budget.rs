@@ -71,8 +71,13 @@ impl PendingBudget {
 /// `keep_freed_memory`), and `malloc_trim` does not shrink the top of a
 /// thread's arena, so the megabytes a closed writer held would otherwise
 /// stay in the daemon's RSS: the trim threshold is lowered while `free`
-/// runs, then restored.
+/// runs, then restored. One call runs at a time: two releases at once had
+/// the first restore the threshold while the second freed, and a 16 MiB
+/// line's buffer stayed resident (seen in CI on 2 cores). `free` should
+/// only free: it runs under that lock.
 pub fn give_back<T>(free: impl FnOnce() -> T) -> T {
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock();
     // SAFETY: mallopt and malloc_trim only tune and walk glibc's arenas.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);

@@ -61,9 +61,9 @@ pub enum Invalidation {
     Listing(u64),
 }
 
-/// A released writer that held at least this many pending bytes gives
-/// freed heap memory back to the kernel at once.
-const RETURN_MEMORY_AT: u64 = 1 << 20;
+/// A released writer whose dropped buffers hold at least this many bytes
+/// gives freed heap memory back to the kernel at once.
+const RETURN_MEMORY_AT: usize = 1 << 20;
 
 /// Directory listings kept for readdir continuations.
 const LISTINGS_KEPT: usize = 64;
@@ -1272,11 +1272,10 @@ impl SessionFs {
     /// error path).
     pub fn release(&self, fh: u64) -> FsResult<()> {
         if let Some(Handle::Writer(w)) = self.handles.remove(fh) {
-            let committed = if w.held() >= RETURN_MEMORY_AT {
-                super::budget::give_back(|| w.release(&self.store))
-            } else {
-                w.release(&self.store)
-            };
+            let (committed, dropped) = w.release(&self.store);
+            if dropped.capacity() >= RETURN_MEMORY_AT {
+                super::budget::give_back(|| drop(dropped));
+            }
             self.after_commit_of(w.ino, &committed);
         }
         Ok(())

@@ -151,16 +151,21 @@ fn raise_fd_limit() {
 /// The caches bound what is held. At most two malloc arenas: glibc
 /// reserves 64 MiB of address space for each thread's arena, which under an
 /// address-space limit (`RLIMIT_AS` of 256 MiB) left no room for the
-/// request buffers, and the daemon aborted at start. Allocations above
-/// 16 MiB are mapped on their own: fuser's request buffers (16 MiB + 4 KiB
-/// per thread, zeroed) then start as untouched zero pages, where carved
-/// from freed heap memory `calloc` cleared, so made resident, all of them.
+/// request buffers, and the daemon aborted at start. Allocations of 4 MiB
+/// and more are mapped on their own: fuser's request buffers (16 MiB +
+/// 4 KiB per thread, zeroed) then start as untouched zero pages, where
+/// carved from freed heap memory `calloc` cleared, so made resident, all of
+/// them; and a writer's incomplete line, which grows to 16 MiB in a buffer
+/// that doubles, goes back to the kernel from its 4 MiB steps on when
+/// freed, whatever thread frees it (`malloc_trim` does not shrink the top
+/// of a thread's arena; under a 16 MiB threshold a 16 MiB line's buffer
+/// stayed resident after its handle closed, seen in CI on 2 cores).
 fn keep_freed_memory() {
     // SAFETY: mallopt only tunes glibc's allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_TRIM_THRESHOLD, super::budget::KEEP_FREED_BYTES);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 16 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
     }
 }
 

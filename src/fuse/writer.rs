@@ -44,6 +44,19 @@ const LOCK_WAIT_SLICE: Duration = Duration::from_millis(100);
 /// the reader is shown them as written.
 const READER_LOCK_WAIT: Duration = Duration::from_millis(20);
 
+/// The buffers a released writer dropped (see [`Writer::release`]).
+pub struct Dropped {
+    partial: Vec<u8>,
+    batch: Vec<u8>,
+}
+
+impl Dropped {
+    /// Bytes of memory the buffers hold (their capacity).
+    pub fn capacity(&self) -> usize {
+        self.partial.capacity() + self.batch.capacity()
+    }
+}
+
 /// The pending state of one writing handle.
 struct Pending {
     /// The store's write policy for this session: the complete lines
@@ -131,11 +144,6 @@ impl Writer {
     /// The session directory, relative to the root.
     pub fn session_dir(&self) -> PathBuf {
         Path::new(&self.project).join(&self.session)
-    }
-
-    /// Bytes this handle holds uncommitted (charged to the pending budget).
-    pub fn held(&self) -> u64 {
-        self.pending.lock().charged
     }
 
     /// Whether this writer has not yet published its new session.
@@ -299,8 +307,11 @@ impl Writer {
     }
 
     /// Commits at `release`: the last chance, whose errors reach no one
-    /// but the log. An incomplete line is dropped and logged.
-    pub fn release(&self, store: &Store) -> Committed {
+    /// but the log. An incomplete line is dropped and logged. Returns what
+    /// was committed and the buffers of what was dropped (the incomplete
+    /// line, a batch that could not be committed), moved out of the writer
+    /// so that the caller frees them (see [`super::budget::give_back`]).
+    pub fn release(&self, store: &Store) -> (Committed, Dropped) {
         let mut p = self.pending.lock();
         let committed = match self.commit_locked(store, &mut p) {
             Ok(c) => c,
@@ -322,14 +333,16 @@ impl Writer {
                 self.session_dir().display()
             );
         }
-        // The memory goes back now, not when the last reference to this
-        // writer is dropped.
-        p.partial = Vec::new();
-        if !p.session.pending().is_empty() {
-            p.session.discard(store);
-        }
+        // The memory leaves the writer now, not when the last reference to
+        // it is dropped.
+        let partial = std::mem::take(&mut p.partial);
+        let batch = if p.session.pending().is_empty() {
+            Vec::new()
+        } else {
+            p.session.discard(store)
+        };
         self.settle(&mut p);
-        committed
+        (committed, Dropped { partial, batch })
     }
 
     /// Commits what is pending for another writer of the same transcript

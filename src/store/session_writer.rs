@@ -313,11 +313,12 @@ impl SessionWriter {
     }
 
     /// Drops the pending batch (a caller giving up) and moves the cursor
-    /// to the committed tail.
-    pub fn discard(&mut self, store: &Store) {
-        // A new buffer, so that the memory of a large batch goes back now.
-        self.batch = Vec::new();
+    /// to the committed tail; returns the dropped batch's buffer, for the
+    /// caller to free when it chooses (its memory leaves this writer now).
+    pub fn discard(&mut self, store: &Store) -> Vec<u8> {
+        let batch = std::mem::take(&mut self.batch);
         self.resync(store);
+        batch
     }
 
     /// After a dropped batch: continue from the committed tail when there
