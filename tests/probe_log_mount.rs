@@ -73,6 +73,11 @@ fn write_line(mount: &Mount, line: &str) -> std::io::Result<()> {
     f.sync_all()
 }
 
+fn assert_logged_once(log: &str, needle: &str) {
+    let n = log.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(n, 1, "{needle:?} logged {n} times:\n{log}");
+}
+
 #[test]
 fn refused_writes_name_the_file_and_the_seqs() {
     let root = tempfile::tempdir().unwrap();
@@ -110,6 +115,10 @@ fn refused_writes_name_the_file_and_the_seqs() {
         "names the file: {gap_line}"
     );
     assert!(!gap_line.contains("another writer"), "{gap_line}");
+    // The refusal is logged once, where it was decided (the reply's errno
+    // is not logged again as damage). Both lines were written before the
+    // write's reply.
+    assert_logged_once(&log, &gap_msg);
 
     // A seq already in the transcript.
     let old = next - 1;
@@ -127,6 +136,24 @@ fn refused_writes_name_the_file_and_the_seqs() {
     assert!(
         dup_line.contains("another writer may have appended"),
         "{dup_line}"
+    );
+    assert_logged_once(&log, &dup_msg);
+
+    // A line that is not JSON.
+    let err = write_line(&mount, "not json\n").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    let json_msg = "not valid JSON";
+    assert!(
+        mount.wait_log_contains(json_msg, Duration::from_secs(10)),
+        "{}",
+        mount.log()
+    );
+    let log = mount.log();
+    assert_logged_once(&log, json_msg);
+    let json_line = log.lines().find(|l| l.contains(json_msg)).unwrap();
+    assert!(
+        json_line.contains(&file.display().to_string()),
+        "{json_line}"
     );
 
     // The right seq is taken.

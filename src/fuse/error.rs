@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::store::session_writer::drops_batch;
 use crate::store::StoreError;
 
 /// An error of a mount operation.
@@ -115,9 +116,12 @@ impl FsError {
     /// Whether the error means damage or a failure worth a warning in the
     /// log (a store error other than a missing entry), as opposed to a
     /// plain refusal or absence, which the deciding site logged already.
+    /// Lines a writer refused or a batch it dropped (the store errors of
+    /// [`drops_batch`]) are refusals: the writer logged them when it
+    /// refused them (fuse::writer).
     pub fn is_damage(&self) -> bool {
         match self {
-            FsError::Store(e) => e.is_damage(),
+            FsError::Store(e) => e.is_damage() && !drops_batch(e),
             FsError::Earlier(e) => e.is_damage(),
             _ => false,
         }
