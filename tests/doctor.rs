@@ -897,6 +897,46 @@ fn a_conflict_copy_with_its_header_in_other_bytes_still_becomes_a_fork() {
     assert_eq!(report["summary"]["problems_left"], 2, "{report}");
 }
 
+#[test]
+fn a_conflict_copy_alone_in_its_session_directory_is_reported_and_left_in_place() {
+    // Found by a fresh tester: with no transcript beside the copy, the
+    // finding said the transcript "cannot be read" and --repair failed
+    // with "No such file or directory".
+    let (tmp, root) = case_copy("unpacked");
+    let dir = root.join(APP).join("clock-skew");
+    let name = "session.sync-conflict-20260105-101010-ABCDEFG.jsonl.zstd";
+    let transcript = dir.join("session.jsonl.zstd");
+    let bytes = fs::read(&transcript).unwrap();
+    fs::rename(&transcript, dir.join(name)).unwrap();
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 1, "the lone copy is a problem left: {report}");
+    let f = finding_at(&report, &format!("clock-skew/{name}"));
+    assert_eq!(f["remedy"], "report", "{f}");
+    assert!(f["done"].is_null(), "{f}");
+    let (detail, fix) = (f["detail"].as_str().unwrap(), f["fix"].as_str().unwrap());
+    assert!(detail.contains("no transcript beside it"), "{detail}");
+    assert!(!fix.contains("failed") && fix.contains("mv -n"), "{fix}");
+    assert_eq!(fs::read(dir.join(name)).unwrap(), bytes, "left in place");
+    assert!(!transcript.exists());
+
+    // The printed command, run by a shell, gives the session back.
+    let cmd = fix.rsplit_once("`mv -n ").unwrap().1.trim_end_matches('`');
+    common::sh_ok(
+        &format!("cd \"$1\" && mv -n {cmd}"),
+        [root.parent().unwrap().as_os_str()],
+    );
+    assert_eq!(fs::read(&transcript).unwrap(), bytes);
+    let (_, after) = doctor_json(tmp.path(), &root, &[]);
+    let about_it: Vec<_> = after["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().contains("/clock-skew/"))
+        .collect();
+    assert!(about_it.is_empty(), "{about_it:?}");
+}
+
 // ---- Output ----
 
 /// A validator of `docs/doctor-report.schema.json`.

@@ -123,6 +123,25 @@ pub const STRANGER_FIX: &str = "it is another session's transcript or no transcr
      --repair leaves it in place: move it into a session directory of its own (named by its \
      header's id), or out of the root";
 
+/// A conflict copy with no transcript beside it (the sync tool renamed the
+/// transcript away, or it was deleted): the copy is the session's only
+/// history, which the reference does not see.
+const LONE_COPY: &str = "a sync tool's conflict copy with no transcript beside it: it may be the \
+     session's only history, and the reference does not list the session";
+
+/// What to do about a [`LONE_COPY`] (`--repair` leaves it in place: which
+/// copy is the history is the user's call): check it, and give it the
+/// transcript's name without replacing one that appeared since.
+fn lone_copy_fix(c: &ConflictCopy) -> String {
+    use super::super::error::ShellArg;
+    format!(
+        "--repair leaves it in place: check it with `zstd -dc {copy}`, then make it the \
+         transcript with `mv -n {copy} {transcript}`",
+        copy = ShellArg(&c.path),
+        transcript = ShellArg(&c.transcript)
+    )
+}
+
 /// What a conflict copy is whose frame at byte `at` does not decode.
 pub fn damaged_copy(at: u64) -> String {
     format!(
@@ -162,6 +181,11 @@ pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
             }
         }
         (Err(e), _) => format!("a sync tool's conflict copy that cannot be read: {e}"),
+        (_, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Finding::new(&c.path, Kind::ConflictCopy, LONE_COPY)
+                .with_remedy(Remedy::Report)
+                .with_fix(lone_copy_fix(c))
+        }
         (_, Err(e)) => format!("a sync tool's conflict copy whose transcript cannot be read: {e}"),
     };
     let _ = copy;
