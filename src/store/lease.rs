@@ -833,7 +833,16 @@ impl Drop for LockGuard {
                     note_waiters(dir, self.protocol);
                 }
             }
-            Ok(_) => log::warn!(
+            // The holder removed the lock's directory with the lock in it
+            // (the doctor's --restore removing a fork): nothing to remove.
+            Ok(None) if self.path.parent().is_some_and(|d| !d.exists()) => {
+                log::debug!("{}: the lock went with its directory", self.path.display())
+            }
+            Ok(None) => log::warn!(
+                "{}: the lock was removed while held (by another process); nothing to remove",
+                self.path.display()
+            ),
+            Ok(Some(_)) => log::warn!(
                 "{}: the lock is no longer this holder's; not removing it",
                 self.path.display()
             ),
