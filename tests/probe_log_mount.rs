@@ -73,9 +73,24 @@ fn write_line(mount: &Mount, line: &str) -> std::io::Result<()> {
     f.sync_all()
 }
 
-fn assert_logged_once(log: &str, needle: &str) {
-    let n = log.lines().filter(|l| l.contains(needle)).count();
-    assert_eq!(n, 1, "{needle:?} logged {n} times:\n{log}");
+/// Waits for the mount's log to hold `needle` and returns its one line.
+/// A refusal is logged once, where it was decided (the reply's errno is not
+/// logged again as damage); the line is written before the write's reply.
+fn logged_once(mount: &Mount, needle: &str) -> String {
+    assert!(
+        mount.wait_log_contains(needle, Duration::from_secs(10)),
+        "{}",
+        mount.log()
+    );
+    let log = mount.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(needle)).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{needle:?} logged {} times:\n{log}",
+        lines.len()
+    );
+    lines[0].to_string()
 }
 
 #[test]
@@ -102,55 +117,28 @@ fn refused_writes_name_the_file_and_the_seqs() {
     let far = next + 1000;
     let err = write_line(&mount, &line(far)).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
-    let gap_msg = format!("has seq {far}, expected seq {next}");
-    assert!(
-        mount.wait_log_contains(&gap_msg, Duration::from_secs(10)),
-        "{}",
-        mount.log()
-    );
-    let log = mount.log();
-    let gap_line = log.lines().find(|l| l.contains(&gap_msg)).unwrap();
+    let gap_line = logged_once(&mount, &format!("has seq {far}, expected seq {next}"));
     assert!(
         gap_line.contains(&file.display().to_string()),
         "names the file: {gap_line}"
     );
     assert!(!gap_line.contains("another writer"), "{gap_line}");
-    // The refusal is logged once, where it was decided (the reply's errno
-    // is not logged again as damage). Both lines were written before the
-    // write's reply.
-    assert_logged_once(&log, &gap_msg);
 
     // A seq already in the transcript.
     let old = next - 1;
     let err = write_line(&mount, &line(old)).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
-    let dup_msg = format!("has seq {old}, expected seq {next}");
-    assert!(
-        mount.wait_log_contains(&dup_msg, Duration::from_secs(10)),
-        "{}",
-        mount.log()
-    );
-    let log = mount.log();
-    let dup_line = log.lines().find(|l| l.contains(&dup_msg)).unwrap();
+    let dup_line = logged_once(&mount, &format!("has seq {old}, expected seq {next}"));
     assert!(dup_line.contains(&file.display().to_string()), "{dup_line}");
     assert!(
         dup_line.contains("another writer may have appended"),
         "{dup_line}"
     );
-    assert_logged_once(&log, &dup_msg);
 
     // A line that is not JSON.
     let err = write_line(&mount, "not json\n").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
-    let json_msg = "not valid JSON";
-    assert!(
-        mount.wait_log_contains(json_msg, Duration::from_secs(10)),
-        "{}",
-        mount.log()
-    );
-    let log = mount.log();
-    assert_logged_once(&log, json_msg);
-    let json_line = log.lines().find(|l| l.contains(json_msg)).unwrap();
+    let json_line = logged_once(&mount, "not valid JSON");
     assert!(
         json_line.contains(&file.display().to_string()),
         "{json_line}"
@@ -158,5 +146,23 @@ fn refused_writes_name_the_file_and_the_seqs() {
 
     // The right seq is taken.
     write_line(&mount, &line(next)).unwrap();
+
+    // An event type the reference does not know, not marked ignorable, is
+    // taken (a newer harness may know it), with a warning naming the file.
+    let unknown = format!(
+        "{{\"type\":\"x-newer\",\"seq\":{},\"time\":1,\"data\":{{}}}}\n",
+        next + 1
+    );
+    write_line(&mount, &unknown).unwrap();
+    let unknown_line = logged_once(&mount, "has event type \"x-newer\"");
+    assert!(
+        unknown_line.contains(&file.display().to_string()) && unknown_line.contains("ignorable"),
+        "{unknown_line}"
+    );
+    assert!(
+        fs::read_to_string(mount.join(SESSION).join("session.jsonl"))
+            .unwrap()
+            .ends_with(&unknown)
+    );
     mount.stop();
 }

@@ -247,7 +247,17 @@ pub(crate) fn is_row_type(tag: &str) -> bool {
 ///
 /// Errors: the reason, as a sentence fragment.
 pub fn parse_record(line: &[u8]) -> Result<Record, String> {
+    parse_record_noting(line).map(|(record, _)| record)
+}
+
+/// [`parse_record`], and the line's event type when the reference does
+/// not know it and it is not marked ignorable
+/// ([`super::doctor::content::unknown_event_type`]).
+fn parse_record_noting(line: &[u8]) -> Result<(Record, Option<String>), String> {
     let (map, spanned) = parse_object_spans(line, Utf8::Require).map_err(|e| e.to_string())?;
+    let unknown = super::doctor::content::unknown_event_type(&map)
+        .filter(|tag| !ROW_TYPES.iter().any(|(row, _)| row == tag))
+        .map(str::to_owned);
     let record = record_from(map, Some(&spanned), line, Utf8::Require)?;
     if let Record::Event(_) = record {
         if let Some(why) = super::event_shape::refusal(&spanned) {
@@ -256,7 +266,7 @@ pub fn parse_record(line: &[u8]) -> Result<Record, String> {
             ));
         }
     }
-    Ok(record)
+    Ok((record, unknown))
 }
 
 /// Reads one committed line (without its `\n`) as the reference does
@@ -353,6 +363,11 @@ pub struct BatchCheck {
     pub lines: usize,
     /// The header, when the batch began a new session.
     pub header: Option<Header>,
+    /// Line numbers (from 1) and types of the events whose type the
+    /// reference does not know and that are not marked ignorable: taken
+    /// (a newer harness may know them), but this reference refuses to load
+    /// the session.
+    pub unknown_types: Vec<(usize, String)>,
 }
 
 /// `seq` continuity over the lines of one transcript, line after line.
@@ -405,11 +420,31 @@ impl SeqCursor {
         line: &[u8],
         line_number: usize,
     ) -> Result<Option<Header>, LineError> {
+        self.check_line_noting(line, line_number).map(|(h, _)| h)
+    }
+
+    /// [`SeqCursor::check_line`], and the line's event type when the
+    /// reference does not know it and it is not marked ignorable.
+    fn check_line_noting(
+        &mut self,
+        line: &[u8],
+        line_number: usize,
+    ) -> Result<(Option<Header>, Option<String>), LineError> {
         let invalid = |reason: String| LineError {
             line: line_number,
             problem: LineProblem::Invalid(reason),
         };
-        match parse_record(line).map_err(invalid)? {
+        let (record, unknown) = parse_record_noting(line).map_err(invalid)?;
+        self.advance(record, line_number).map(|h| (h, unknown))
+    }
+
+    /// Moves past one parsed line, numbered `line_number`.
+    fn advance(&mut self, record: Record, line_number: usize) -> Result<Option<Header>, LineError> {
+        let invalid = |reason: String| LineError {
+            line: line_number,
+            problem: LineProblem::Invalid(reason),
+        };
+        match record {
             Record::Header(h) if self.expect_header => {
                 self.expect_header = false;
                 self.next = 0;
@@ -446,8 +481,12 @@ impl SeqCursor {
         let mut cursor = *self;
         let mut out = BatchCheck::default();
         for (i, line) in complete_lines(complete).enumerate() {
-            if let Some(h) = cursor.check_line(line, i + 1)? {
+            let (header, unknown) = cursor.check_line_noting(line, i + 1)?;
+            if let Some(h) = header {
                 out.header = Some(h);
+            }
+            if let Some(t) = unknown {
+                out.unknown_types.push((i + 1, t));
             }
             out.lines = i + 1;
         }
@@ -480,12 +519,31 @@ mod tests {
     }
 
     #[test]
+    fn events_of_types_the_reference_does_not_know_are_taken_and_named() {
+        let mut c = SeqCursor::after(0);
+        let lines = [
+            r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#,
+            r#"{"type":"x-new","seq":1,"time":1,"data":{}}"#,
+            r#"{"type":"x-new","seq":2,"time":1,"data":{},"ignorable":true}"#,
+            r#"{"type":"x-other","seq":3,"time":1,"data":{}}"#,
+        ];
+        let batch: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let check = c.check_batch(batch.as_bytes()).unwrap();
+        assert_eq!(check.lines, 4);
+        assert_eq!(
+            check.unknown_types,
+            [(2, "x-new".to_string()), (4, "x-other".to_string())]
+        );
+    }
+
+    #[test]
     fn continuity_over_events_and_packed_rows() {
         let mut c = SeqCursor::after(5);
         let row = r#"{"type":"text-chunks","seq0":6,"time0":10,"data":{"turn":1,"step":1,"index":1,"dt":[0,-3,30],"texts":["a","b","c","d"]}}"#;
         let batch = format!("{}{row}\n{}", event(5), event(10));
         let check = c.check_batch(batch.as_bytes()).unwrap();
         assert_eq!(check.lines, 3);
+        assert!(check.unknown_types.is_empty(), "{check:?}");
         assert_eq!(c.next_seq(), 11);
         let tool = r#"{"type":"tool-call-chunks","seq0":11,"time0":10,"data":{"turn":1,"step":1,"index":2,"dt":[8],"id":"c","args":["x","y"]}}"#;
         assert_eq!(next_seq_after_line(tool.as_bytes()), Ok(13));

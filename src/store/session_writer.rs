@@ -214,6 +214,15 @@ impl SessionWriter {
         if let Some(header) = &checked.header {
             self.check_header(store, header)?;
         }
+        for (line, tag) in &checked.unknown_types {
+            log::warn!(
+                "{}: line {line} of the write has event type {tag:?}, which this harness does \
+                 not know, without \"ignorable\": true; it is taken, but this harness refuses \
+                 to load the session until a version that knows the type reads it (`sessionfs \
+                 doctor` reports it): mark such events \"ignorable\": true",
+                self.path_for_errors(store).display()
+            );
+        }
         self.batch.extend_from_slice(complete);
         self.cursor = cursor;
         Ok(checked.lines)

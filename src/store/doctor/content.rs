@@ -16,6 +16,21 @@ use super::super::json::{parse_object, parse_object_spans, Utf8};
 use super::super::lines::{is_row_type, read_record, Record};
 use super::finding::Kind;
 
+/// The `type` of an event line (its top-level members `map`) that the
+/// reference does not know and that is not marked `"ignorable": true`: the
+/// reference refuses to load a session holding one. `None` for every
+/// other line (a known type, an ignorable one, a header, no type).
+pub fn unknown_event_type(map: &serde_json::Map<String, Value>) -> Option<&str> {
+    let tag = map.get("type")?.as_str()?;
+    let ignorable = map.get("ignorable") == Some(&Value::Bool(true));
+    // A legacy steering message is upgraded to a user message before the
+    // reference asks whether it knows the type.
+    let known = tag == "session"
+        || tag == "steering/message"
+        || KNOWN_EVENT_TYPES.binary_search(&tag).is_ok();
+    (!ignorable && !known).then_some(tag)
+}
+
 /// Event types the reference knows (`KNOWN_SESSION_EVENT_TYPES` of
 /// dsh-session 0.1.0-rc.8), sorted.
 pub const KNOWN_EVENT_TYPES: &[&str] = &[
@@ -261,13 +276,7 @@ impl ContentCheck {
                 });
                 return;
             };
-            let ignorable = map.get("ignorable") == Some(&Value::Bool(true));
-            // A legacy steering message is upgraded to a user message
-            // before the reference asks whether it knows the type.
-            if !ignorable
-                && tag != "steering/message"
-                && KNOWN_EVENT_TYPES.binary_search(&tag.as_str()).is_err()
-            {
+            if unknown_event_type(&map).is_some() {
                 self.note(
                     Kind::UnknownEventType,
                     plain_offset,
