@@ -255,9 +255,7 @@ pub fn parse_record(line: &[u8]) -> Result<Record, String> {
 /// ([`super::doctor::content::unknown_event_type`]).
 fn parse_record_noting(line: &[u8]) -> Result<(Record, Option<String>), String> {
     let (map, spanned) = parse_object_spans(line, Utf8::Require).map_err(|e| e.to_string())?;
-    let unknown = super::doctor::content::unknown_event_type(&map)
-        .filter(|tag| !ROW_TYPES.iter().any(|(row, _)| row == tag))
-        .map(str::to_owned);
+    let unknown = super::doctor::content::unknown_event_type(&map).map(str::to_owned);
     let record = record_from(map, Some(&spanned), line, Utf8::Require)?;
     if let Record::Event(_) = record {
         if let Some(why) = super::event_shape::refusal(&spanned) {
@@ -435,16 +433,7 @@ impl SeqCursor {
             problem: LineProblem::Invalid(reason),
         };
         let (record, unknown) = parse_record_noting(line).map_err(invalid)?;
-        self.advance(record, line_number).map(|h| (h, unknown))
-    }
-
-    /// Moves past one parsed line, numbered `line_number`.
-    fn advance(&mut self, record: Record, line_number: usize) -> Result<Option<Header>, LineError> {
-        let invalid = |reason: String| LineError {
-            line: line_number,
-            problem: LineProblem::Invalid(reason),
-        };
-        match record {
+        let header = match record {
             Record::Header(h) if self.expect_header => {
                 self.expect_header = false;
                 self.next = 0;
@@ -469,7 +458,8 @@ impl SeqCursor {
                 self.next = span.end();
                 Ok(None)
             }
-        }
+        };
+        header.map(|h| (h, unknown))
     }
 
     /// Checks the complete lines of `complete` (bytes after its last `\n`

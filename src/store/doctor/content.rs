@@ -19,7 +19,8 @@ use super::finding::Kind;
 /// The `type` of an event line (its top-level members `map`) that the
 /// reference does not know and that is not marked `"ignorable": true`: the
 /// reference refuses to load a session holding one. `None` for every
-/// other line (a known type, an ignorable one, a header, no type).
+/// other line (a known type, an ignorable one, a header, a packed chunk
+/// row, no type).
 pub fn unknown_event_type(map: &serde_json::Map<String, Value>) -> Option<&str> {
     let tag = map.get("type")?.as_str()?;
     let ignorable = map.get("ignorable") == Some(&Value::Bool(true));
@@ -27,6 +28,7 @@ pub fn unknown_event_type(map: &serde_json::Map<String, Value>) -> Option<&str> 
     // reference asks whether it knows the type.
     let known = tag == "session"
         || tag == "steering/message"
+        || is_row_type(tag)
         || KNOWN_EVENT_TYPES.binary_search(&tag).is_ok();
     (!ignorable && !known).then_some(tag)
 }

@@ -13,7 +13,6 @@ use super::super::frame::{FrameError, FrameInfo, FrameKind};
 use super::super::transcript::Encoding;
 use super::finding::{Finding, Kind, Remedy};
 use super::layout::ConflictCopy;
-use super::scan_file::FileScan;
 
 /// The decoded text of a transcript's readable prefix: every frame (or
 /// line) up to the first that fails, complete lines only. Holds the whole
@@ -158,7 +157,7 @@ pub const DAMAGED_COPY_FIX: &str = "--repair leaves it in place: read what it ho
 
 /// The finding about a conflict copy: where it diverges from the
 /// transcript beside it.
-pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
+pub fn conflict_finding(c: &ConflictCopy) -> Finding {
     let detail = match (
         readable_prefix(&c.path, c.encoding),
         readable_text(&c.transcript, c.encoding),
@@ -188,7 +187,6 @@ pub fn conflict_finding(c: &ConflictCopy, copy: &FileScan) -> Finding {
         }
         (_, Err(e)) => format!("a sync tool's conflict copy whose transcript cannot be read: {e}"),
     };
-    let _ = copy;
     Finding::new(&c.path, Kind::ConflictCopy, detail)
 }
 

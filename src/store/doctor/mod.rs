@@ -101,8 +101,8 @@ pub fn scan(target: &Path, options: &ScanOptions, progress: &dyn Fn(u64, u64)) -
     };
     identity_findings(&mut scan);
     for c in layout.conflicts {
+        scan.layout.push(history::conflict_finding(&c));
         let copy = scan_file(&c.path, c.encoding == Encoding::Raw);
-        scan.layout.push(history::conflict_finding(&c, &copy));
         scan.conflicts.push((c, copy));
     }
     repair::mark_links(&mut scan);
