@@ -10,6 +10,8 @@
 //! * a torn last frame on disk is invisible through the mount (size and
 //!   content, fresh and open descriptors) until its remaining bytes are
 //!   appended, and then shows within 3 s;
+//! * a byte flipped in a frame the mount already read makes reads of the
+//!   view fail with EIO within 3 s, and `session.md` stop at the damage;
 //! * the daemon logs no panic, is still running at the end, and exits
 //!   cleanly on SIGTERM.
 //!
@@ -608,5 +610,54 @@ fn a_torn_last_frame_is_invisible_through_the_mount_until_completed() {
     );
     assert_eq!(expected, zstd_dc(&backing));
     drop(f);
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// 5. Damage in place to frames the mount already read.
+// ---------------------------------------------------------------------------
+
+/// A byte of a frame the mount already decoded flipped on disk (the same
+/// length, the same inode): within the attribute timeout reads of the
+/// view fail with EIO and `session.md` says where rendering stopped, as a
+/// fresh mount of the damaged file does; cached bytes are not served on
+/// (helper 28: the mount went on serving the original transcript).
+#[test]
+fn a_frame_damaged_in_place_after_it_was_read_fails_reads() {
+    let fx = Fixture::new();
+    let backing = fx.backing();
+    let view = fx.view();
+    let md = view.with_file_name("session.md");
+    assert_eq!(fs::read(&view).unwrap(), zstd_dc(&backing));
+    let rendered = fs::read_to_string(&md).unwrap();
+    assert!(!rendered.contains("Rendering stopped"), "{rendered}");
+
+    // Byte 200: inside the first event frame (the header frame is 117
+    // bytes), past its frame header.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&backing)
+        .unwrap();
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, 200).unwrap();
+    f.write_all_at(&[byte[0] ^ 0xff], 200).unwrap();
+    drop(f);
+    let zstd = Command::new("zstd")
+        .args(["-tq", "--"])
+        .arg(&backing)
+        .status()
+        .unwrap();
+    assert!(!zstd.success(), "zstd -t finds the flipped file intact");
+
+    let failed = wait_for(SHOW_WITHIN, "a read of the damaged view to fail", || {
+        fs::read(&view).err()
+    });
+    assert_eq!(failed.raw_os_error(), Some(libc::EIO), "{failed}");
+    wait_for(SHOW_WITHIN, "session.md to stop at the damage", || {
+        fs::read_to_string(&md)
+            .ok()
+            .filter(|s| s.contains("**Rendering stopped**"))
+    });
     fx.finish();
 }

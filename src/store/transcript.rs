@@ -21,6 +21,7 @@ use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameCursor};
 use super::fresh;
 use super::fskind::{self, CommitProtocol};
+use super::growth::{self, Since};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
@@ -293,8 +294,10 @@ impl Transcript {
     }
 
     /// Re-stats the backing file and follows it: growth extends the view
-    /// from where it ended; a replaced file (other device or inode) or a
-    /// shorter one is opened and validated again. On a network client the
+    /// from where it ended; a replaced file (other device or inode), a
+    /// shorter one, or one of the same length under another mtime
+    /// (rewritten in place, [`growth::since`]) is opened and validated
+    /// again, its decoded frames no longer served. On a network client the
     /// length comes from the server ([`fresh::server_metadata`]), so that
     /// another machine's appends show at once, not after the client's
     /// attribute cache expires (20 s for sshfs's defaults).
@@ -320,9 +323,13 @@ impl Transcript {
             }
             Err(e) => return Err(StoreError::io("stat", &self.path, e)),
         };
+        let since = |st: &State| {
+            (FileIdent::of(&meta) == st.ident)
+                .then(|| growth::since(st.meta.len(), growth::mtime_of(&st.meta), &meta))
+        };
         {
             let st = self.state.read();
-            if FileIdent::of(&meta) == st.ident && meta.len() == st.meta.len() {
+            if since(&st) == Some(Since::Unchanged) {
                 return Ok(TranscriptAttr {
                     plain_len: st.plain_len(),
                     meta,
@@ -330,41 +337,48 @@ impl Transcript {
             }
         }
         let mut st = self.state.write();
-        if FileIdent::of(&meta) != st.ident || meta.len() < st.meta.len() {
-            *st = build_state(
+        let rebuilt = |persisted| {
+            build_state(
                 &self.path,
                 self.encoding,
                 &self.frames_decoded,
                 self.index_dir.as_deref(),
-                Persisted::Load,
-            )?;
-        } else if meta.len() > st.meta.len() && !prefix_intact(&st) {
-            // Rewritten in place (same inode, say `cp backup FILE`): the
-            // indexed prefix no longer describes the file.
-            *st = build_state(
-                &self.path,
-                self.encoding,
-                &self.frames_decoded,
-                self.index_dir.as_deref(),
-                Persisted::Load,
-            )?;
-        } else if meta.len() > st.meta.len() {
-            let file = Arc::clone(&st.file);
-            let new_meta = file
-                .metadata()
-                .map_err(|e| StoreError::io("stat", &self.path, e))?;
-            extend_view(
-                &self.path,
-                &file,
-                &mut st.view,
-                new_meta.len(),
-                &self.frames_decoded,
-            )?;
-            st.meta = new_meta;
-            let ident = st.ident;
-            if let (Some(dir), View::Zstd(index)) = (&self.index_dir, &st.view) {
-                st.persisted_frames = persist_if_grown(dir, ident, index, st.persisted_frames);
+                persisted,
+            )
+        };
+        match since(&st) {
+            // Another file at the path, or a shorter one.
+            None => *st = rebuilt(Persisted::Load)?,
+            Some(Since::Rewritten) if meta.len() < st.meta.len() => *st = rebuilt(Persisted::Load)?,
+            // The same length under another mtime: rewritten in place
+            // (a byte flipped, `cp` of a copy of the same size). Decoded
+            // frames of the old view are dropped with its generation, and
+            // the file is walked again: the persisted index's check (its
+            // last frame) passes for such a file.
+            Some(Since::Rewritten) => *st = rebuilt(Persisted::Replace)?,
+            // Rewritten in place and grown (same inode, say `cp backup
+            // FILE`): the indexed prefix no longer describes the file.
+            Some(Since::Grown) if !prefix_intact(&st) => *st = rebuilt(Persisted::Load)?,
+            Some(Since::Grown) => {
+                let file = Arc::clone(&st.file);
+                let new_meta = file
+                    .metadata()
+                    .map_err(|e| StoreError::io("stat", &self.path, e))?;
+                extend_view(
+                    &self.path,
+                    &file,
+                    &mut st.view,
+                    new_meta.len(),
+                    &self.frames_decoded,
+                )?;
+                st.meta = new_meta;
+                let ident = st.ident;
+                if let (Some(dir), View::Zstd(index)) = (&self.index_dir, &st.view) {
+                    st.persisted_frames = persist_if_grown(dir, ident, index, st.persisted_frames);
+                }
             }
+            // Another thread caught up first.
+            Some(Since::Unchanged) => {}
         }
         Ok(TranscriptAttr {
             plain_len: st.plain_len(),
@@ -1031,6 +1045,46 @@ mod removed_path_tests {
         let n = theirs.len() as u32;
         assert_eq!(t.read_no_short(at, n).unwrap(), &ours[..n as usize]);
         assert!(!t.known_damage());
+    }
+
+    /// A byte flipped in a frame a reader already read (same length, same
+    /// inode, another mtime): the decoded frames of the old view are not
+    /// served again; the read of that frame fails its checksum, and the
+    /// frames before it still read (helper 28: the mount served the
+    /// cached bytes indefinitely).
+    #[test]
+    fn a_frame_damaged_in_place_after_a_read_is_not_served_from_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let second: &[u8] = b"{\"type\":\"x/y\",\"seq\":1,\"time\":1,\"data\":{}}\n";
+        write(&path, &[HEADER, EVENT, second]);
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let t = Transcript::open(&path, Encoding::Zstd, cache).unwrap();
+        let all = [HEADER, EVENT, second].concat();
+        assert_eq!(t.read_no_short(0, 1 << 20).unwrap(), all);
+        // The last byte of the middle frame: its content checksum.
+        let frames: Vec<u64> = [HEADER, EVENT]
+            .iter()
+            .map(|l| super::super::frame::encode_frame(l).unwrap().len() as u64)
+            .collect();
+        let at = frames[0] + frames[1] - 1;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let mut byte = [0u8];
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_exact_at(&mut byte, at)
+            .unwrap();
+        f.write_all_at(&[byte[0] ^ 0xff], at).unwrap();
+        // Another mtime whatever the clock's granularity.
+        let before = std::fs::metadata(&path).unwrap().modified().unwrap();
+        f.set_modified(before + std::time::Duration::from_secs(1))
+            .unwrap();
+        drop(f);
+        assert_eq!(t.refresh().unwrap().plain_len, all.len() as u64);
+        let middle = HEADER.len() as u64;
+        let e = t.read_no_short(middle, 1 << 20).unwrap_err();
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+        assert_eq!(t.read_no_short(0, HEADER.len() as u32).unwrap(), HEADER);
     }
 
     /// An open transcript whose path is removed keeps its view (the held

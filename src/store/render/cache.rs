@@ -55,6 +55,10 @@ struct Inner {
     file: Arc<File>,
     renderer: Renderer,
     ident: FileIdent,
+    /// The transcript's compressed length (bytes) and mtime the rendering
+    /// was made from: one of the same length under another mtime, or a
+    /// shorter one, was rewritten in place and is rendered again.
+    seen: (u64, growth::Mtime),
     /// Markdown and state paths, when persisted.
     paths: Option<(PathBuf, PathBuf)>,
 }
@@ -81,13 +85,15 @@ impl Rendering {
     /// Errors: [`StoreError::Io`] when no temporary file can be made.
     pub fn open(t: &Transcript, dir: Option<&Path>) -> Result<Rendering> {
         let ident = t.ident();
+        let meta = t.cached_attr().meta;
+        let now = (meta.len(), growth::mtime_of(&meta));
         if let Some(dir) = dir {
             let (md, st) = paths_in(dir, ident);
-            if let Some((file, state)) = load(t, ident, &md, &st) {
+            if let Some((file, state, seen)) = load(t, ident, &md, &st) {
                 return Ok(Rendering::with(
                     file,
                     Renderer::from_state(state),
-                    ident,
+                    (ident, seen),
                     Some((md, st)),
                 ));
             }
@@ -97,7 +103,7 @@ impl Rendering {
                     return Ok(Rendering::with(
                         file,
                         Renderer::new(),
-                        ident,
+                        (ident, now),
                         Some((md, st)),
                     ));
                 }
@@ -111,13 +117,13 @@ impl Rendering {
         let file = tempfile::tempfile().map_err(|e| {
             StoreError::io("create a temporary file for the rendering of", t.path(), e)
         })?;
-        Ok(Rendering::with(file, Renderer::new(), ident, None))
+        Ok(Rendering::with(file, Renderer::new(), (ident, now), None))
     }
 
     fn with(
         file: File,
         renderer: Renderer,
-        ident: FileIdent,
+        (ident, seen): (FileIdent, (u64, growth::Mtime)),
         paths: Option<(PathBuf, PathBuf)>,
     ) -> Self {
         Rendering {
@@ -125,6 +131,7 @@ impl Rendering {
                 file: Arc::new(file),
                 renderer,
                 ident,
+                seen,
                 paths,
             }),
         }
@@ -132,20 +139,28 @@ impl Rendering {
 
     /// Renders what `t`'s view holds beyond what was rendered (as last
     /// refreshed by the caller) and returns the rendering's length in
-    /// bytes. A transcript replaced on disk (another inode) or shorter
-    /// than what was rendered is rendered again from its start.
+    /// bytes. A transcript replaced on disk (another inode), shorter than
+    /// what was rendered, or rewritten in place since the last call (the
+    /// same length under another mtime, [`growth::since`]) is rendered
+    /// again from its start.
     ///
     /// Errors: [`StoreError::Io`] reading the transcript or writing the
     /// rendering file (what was rendered before stays valid).
     pub fn catch_up(&self, t: &Transcript) -> Result<u64> {
         let mut inner = self.inner.lock();
-        let to = t.cached_attr().plain_len;
+        let attr = t.cached_attr();
+        let to = attr.plain_len;
         let ident = t.ident();
-        let seen = {
+        let rendered_to = {
             let state = inner.renderer.state();
             state.plain_offset.max(state.title_checked)
         };
-        if ident != inner.ident || seen > to {
+        let (len, mtime) = inner.seen;
+        inner.seen = (attr.meta.len(), growth::mtime_of(&attr.meta));
+        if ident != inner.ident
+            || rendered_to > to
+            || growth::since(len, mtime, &attr.meta) == growth::Since::Rewritten
+        {
             inner.ident = ident;
             inner.renderer = Renderer::new();
             // A persisted file may be open in another mount: never truncated,
@@ -244,7 +259,12 @@ fn fresh_file(dir: &Path, md: &Path) -> std::io::Result<File> {
 }
 
 /// The persisted rendering at `md`/`st`, if it belongs to `t` as it is now.
-fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File, RenderState)> {
+fn load(
+    t: &Transcript,
+    ident: FileIdent,
+    md: &Path,
+    st: &Path,
+) -> Option<(File, RenderState, (u64, growth::Mtime))> {
     let bytes = fs::read(st).ok()?;
     let p: Persisted = serde_json::from_slice(&bytes).ok()?;
     let header = t.header();
@@ -265,7 +285,7 @@ fn load(t: &Transcript, ident: FileIdent, md: &Path, st: &Path) -> Option<(File,
     if file.metadata().ok()?.len() != p.state.md_len {
         return None;
     }
-    Some((file, p.state))
+    Some((file, p.state, (p.len, p.mtime)))
 }
 
 /// Saves the renderer's state (atomically) when `md` is still this
