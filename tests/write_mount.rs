@@ -1883,3 +1883,57 @@ fn tail_f_on_another_mount_sees_an_append_within_3_s() {
     writer.stop();
     follower.stop();
 }
+
+/// The `seq` after the last line of a plaintext transcript (its events
+/// unpacked: a packed row's last member counts).
+fn next_seq_after(plain: &[u8]) -> u64 {
+    let last = plain
+        .split(|&b| b == b'\n')
+        .rev()
+        .find(|l| !l.is_empty())
+        .expect("a transcript with lines");
+    let v: Value = serde_json::from_slice(last).unwrap();
+    let seq = match v.get("events") {
+        Some(events) => events.as_array().unwrap().last().unwrap()["seq"].as_u64(),
+        None => v["seq"].as_u64(),
+    };
+    seq.expect("the last line has a seq") + 1
+}
+
+/// A line refused after its start came in an earlier write (another
+/// descriptor committed its `seq` meanwhile) is dropped whole: the
+/// handle's next write starts a new line, and a whole line with the next
+/// `seq` is taken and stored at close (helper 28: the start stayed held,
+/// so every later line of that handle was refused until it was closed).
+#[test]
+fn a_refused_line_whose_start_came_earlier_is_dropped_whole() {
+    let (_tmp, root) = corpus_copy("normal");
+    let mnt = mount(&root, &[]);
+    let view = mnt.join(APP).join("Session-A").join(VIEW);
+    let backing = root.join(APP).join("Session-A").join(ZSTD_NAME);
+    let before = zstd_dc(&backing);
+    let seq = next_seq_after(&before);
+    let mine = note(seq, "a", 1);
+    let (start, rest) = mine.as_bytes().split_at(20);
+    let mut a = open_append(&view).unwrap();
+    a.write_all(start).unwrap();
+    let theirs = note(seq, "b", 1);
+    append_batch(&view, theirs.as_bytes()).unwrap();
+    assert_errno(
+        a.write(rest),
+        libc::EINVAL,
+        "the rest of a line whose seq another descriptor committed",
+    );
+    let next = note(seq + 1, "a", 2);
+    a.write_all(next.as_bytes())
+        .expect("a whole line after the refused one");
+    close_checked(a).expect("close after the refused line");
+    let mut want = before;
+    want.extend_from_slice(theirs.as_bytes());
+    want.extend_from_slice(next.as_bytes());
+    assert!(
+        zstd_dc(&backing) == want,
+        "the transcript is not the old one, their line and the next line"
+    );
+    mnt.stop();
+}

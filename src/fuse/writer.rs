@@ -158,9 +158,11 @@ impl Writer {
     /// Errors: EPERM for a write that is not at the end (inside committed
     /// data or past it); EINVAL when a complete line is not one valid JSON
     /// object continuing `seq` or a header not naming this directory
-    /// ([`SessionWriter::accept`]; nothing is taken), or when an earlier
-    /// batch of this handle was dropped; EFBIG for a line over 16 MiB; a
-    /// commit's error when the batch window is 0.
+    /// ([`SessionWriter::accept`]; nothing of `data` is taken, and a
+    /// refused line whose start came in earlier writes is dropped with
+    /// that start), or when an earlier batch of this handle was dropped;
+    /// EFBIG for a line over 16 MiB (dropped with its start); a commit's
+    /// error when the batch window is 0.
     pub fn write(
         &self,
         store: &Store,
@@ -226,9 +228,13 @@ impl Writer {
             if p.partial.len() + data.len() > MAX_LINE_BYTES {
                 log::warn!(
                     "write to {}/session.jsonl refused: a line longer than {MAX_LINE_BYTES} \
-                     bytes; split the record",
-                    self.session_dir().display()
+                     bytes; split the record{}",
+                    self.session_dir().display(),
+                    dropped_start(p.partial.len())
                 );
+                // The line can never be taken: its start goes with it, and
+                // the handle's next byte starts a new line.
+                p.partial = Vec::new();
                 return Err(FsError::LineTooLong);
             }
             p.partial.extend_from_slice(data);
@@ -241,12 +247,21 @@ impl Writer {
         let mut complete = std::mem::take(&mut p.partial);
         complete.extend_from_slice(&data[..cut]);
         if let Err(e) = p.session.accept(store, &complete) {
+            let held = complete.len() - cut;
+            // A refused line whose start came in earlier writes can never
+            // be taken (the start claims its `seq`, or is not JSON): it is
+            // dropped whole, so that the handle's next write starts a new
+            // line. A refusal of a later line leaves the handle as it was.
+            let whole_line = held > 0 && e.refused_line() == Some(1);
             log::warn!(
-                "write to {}/session.jsonl refused: {e}",
-                self.session_dir().display()
+                "write to {}/session.jsonl refused: {e}{}",
+                self.session_dir().display(),
+                dropped_start(if whole_line { held } else { 0 })
             );
-            complete.truncate(complete.len() - cut);
-            p.partial = complete;
+            if !whole_line {
+                complete.truncate(held);
+                p.partial = complete;
+            }
             return Err(e.into());
         }
         p.partial = data[cut..].to_vec();
@@ -494,5 +509,18 @@ impl Writer {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// The log's note on the start of a refused line that earlier writes
+/// handed over (`held` bytes; nothing when 0): it is dropped with it.
+fn dropped_start(held: usize) -> String {
+    if held == 0 {
+        String::new()
+    } else {
+        format!(
+            "; the line's first {held} bytes, taken by earlier writes, are dropped with it: \
+             write the whole line again"
+        )
     }
 }

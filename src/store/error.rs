@@ -278,6 +278,17 @@ impl StoreError {
             | StoreError::AmbiguousId { .. } => libc::EIO,
         }
     }
+    /// The line (1-based, within the checked write) a refusal of a line's
+    /// content names: [`StoreError::InvalidLine`] and
+    /// [`StoreError::SeqConflict`]; `None` for every other error.
+    pub fn refused_line(&self) -> Option<usize> {
+        match self {
+            StoreError::InvalidLine { line, .. } | StoreError::SeqConflict { line, .. } => {
+                Some(*line)
+            }
+            _ => None,
+        }
+    }
 
     /// Whether this error means the entry is damaged or refused (worth a
     /// warning in the log), as opposed to simply absent.
