@@ -2064,3 +2064,80 @@ fn a_split_line_and_a_second_history_are_both_repaired() {
         String::from_utf8_lossy(&check.stdout)
     );
 }
+
+/// The `seq` after the last line of `lines` (no packed rows in these).
+fn next_seq(lines: &[String]) -> u64 {
+    let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    last["seq"].as_u64().unwrap() + 1
+}
+
+/// Stray fragments (tester F5): a frame holding the start of a record
+/// whose rest never came, or a whole record without its newline, followed
+/// by a frame that begins a record of its own. The reference joins them
+/// into a line that is no record and fails to load either session; the
+/// doctor reports a `split_line` saying so (not an invalid line that sets
+/// the whole session aside), and `--repair` cuts the torn start or ends
+/// the record, every other line kept: the reference then loads both, and
+/// the quarantine holds the originals.
+#[test]
+fn a_stray_fragment_is_cut_or_ended_and_the_session_stays() {
+    let (tmp, root) = case_copy("normal");
+    let torn = root.join(format!("{APP}/Session-A/session.jsonl.zstd"));
+    let unended = root.join(format!("{APP}/clock-skew/session.jsonl.zstd"));
+    let record = |seq: u64| {
+        format!(r#"{{"type":"x-note","seq":{seq},"time":1,"data":{{}},"ignorable":true}}"#)
+    };
+    let (a, b) = (lines_of(&torn), lines_of(&unended));
+    let (sa, sb) = (next_seq(&a), next_seq(&b));
+    let fragment = &record(sa)[..30];
+    let mut bytes = fs::read(&torn).unwrap();
+    bytes.extend(frame(fragment));
+    bytes.extend(frame(&format!("{}\n", record(sa))));
+    fs::write(&torn, bytes).unwrap();
+    let mut bytes = fs::read(&unended).unwrap();
+    bytes.extend(frame(&record(sb)));
+    bytes.extend(frame(&format!("{}\n{}\n", record(sb + 1), record(sb + 2))));
+    fs::write(&unended, bytes).unwrap();
+    let before = tree_bytes(&root);
+
+    let o = oracle::report(&root);
+    for id in ["Session-A", "clock-skew"] {
+        assert_eq!(
+            oracle::oracle_session(&o, id)["load"]["ok"],
+            false,
+            "the reference loads {id} with its stray fragment"
+        );
+    }
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let got = findings(&report, &root);
+    for (id, says) in [
+        ("Session-A", "whose rest never came"),
+        ("clock-skew", "without its newline"),
+    ] {
+        let rel = format!("{APP}/{id}/session.jsonl.zstd");
+        assert!(got.contains(&("split_line".into(), rel.clone())), "{got:?}");
+        assert!(
+            !got.contains(&("invalid_line".into(), rel.clone())),
+            "{got:?}"
+        );
+        let f = finding_at(&report, &rel);
+        assert!(f["detail"].as_str().unwrap().contains(says), "{f}");
+        assert_eq!(f["remedy"], "repair", "{f}");
+    }
+
+    let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert_eq!(code, 0, "{report}");
+    let mut want_a = a.clone();
+    want_a.push(record(sa));
+    assert_eq!(lines_of(&torn), want_a, "the torn start cut, the rest kept");
+    let mut want_b = b.clone();
+    want_b.extend([record(sb), record(sb + 1), record(sb + 2)]);
+    assert_eq!(lines_of(&unended), want_b, "the record ended, both kept");
+    let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+    for id in ["Session-A", "clock-skew"] {
+        assert_eq!(oracle::oracle_session(&o, id)["load"]["ok"], true, "{id}");
+    }
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    assert_quarantine_holds(&run, &root, &before);
+}

@@ -11,6 +11,7 @@
 pub mod content;
 pub mod finding;
 pub mod fork;
+pub mod fragment;
 pub mod history;
 pub mod layout;
 pub mod repair;

@@ -540,6 +540,7 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
 /// folder. Returns what was done.
 fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     use super::super::frame::FrameKind;
+    use super::fragment::{stray_fragment, Fragment};
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let locked = repair_lock(path, &file)?;
     let bytes = fs::read(path)?;
@@ -548,7 +549,9 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     // and whether they begin with the header frame's.
     let mut open_line: Vec<u8> = Vec::new();
     let (mut header_run, mut header_joined) = (false, false);
-    let (mut data_frames, mut joined) = (0usize, 0usize);
+    let (mut data_frames, mut joined, mut run_frames) = (0usize, 0usize, 0usize);
+    // Frames of stray fragments, their torn bytes cut, the records ended.
+    let (mut stray_frames, mut torn_bytes, mut unended) = (0usize, 0usize, 0usize);
     for f in complete_frames(&bytes)? {
         let raw = &bytes[f.offset as usize..(f.offset + f.len) as usize];
         if !matches!(f.kind, FrameKind::Data { .. }) {
@@ -563,6 +566,36 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         }
         data_frames += 1;
         let plain = decoded(&bytes, &f)?;
+        // A line this frame does not continue (it begins a record of its
+        // own, `fragment`): the run ends before it, its fragment cut or
+        // ended with a newline, as the scan said.
+        let start = open_line
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let is_header_line = header_run && start == 0;
+        let stray = memchr::memchr(b'\n', &plain)
+            .filter(|_| !open_line.is_empty() && !is_header_line)
+            .and_then(|i| stray_fragment(&open_line[start..], &plain[..i]));
+        if let Some(fragment) = stray {
+            match fragment {
+                Fragment::Torn => {
+                    torn_bytes += open_line.len() - start;
+                    open_line.truncate(start);
+                }
+                Fragment::Unended => {
+                    open_line.push(b'\n');
+                    unended += 1;
+                }
+            }
+            if !open_line.is_empty() {
+                out.extend(joined_frames(&open_line, header_run)?);
+            }
+            open_line.clear();
+            header_run = false;
+            stray_frames += run_frames;
+            run_frames = 0;
+        }
         if open_line.is_empty() && (plain.is_empty() || plain.ends_with(b"\n")) {
             out.extend_from_slice(raw);
             continue;
@@ -570,13 +603,16 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         header_run |= data_frames == 1;
         header_joined |= header_run;
         open_line.extend_from_slice(&plain);
-        joined += 1;
+        run_frames += 1;
         if open_line.ends_with(b"\n") {
             out.extend(joined_frames(&open_line, header_run)?);
             open_line.clear();
             header_run = false;
+            joined += run_frames;
+            run_frames = 0;
         }
     }
+    joined += run_frames;
     // The last frames end inside a line no frame completes (the
     // reference's load fails on it, as on a torn record): their complete
     // lines stay; the incomplete line is cut, as a torn tail's is, and
@@ -595,7 +631,7 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     if complete > 0 {
         out.extend(joined_frames(&open_line[..complete], header_run)?);
     }
-    if joined == 0 {
+    if joined == 0 && stray_frames == 0 {
         return Err(std::io::Error::other(
             "no frame ends inside a line now: run the doctor again",
         ));
@@ -604,25 +640,40 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     publish_over(path, &out)?;
     drop(locked);
     drop(file);
-    let mut done = format!(
-        "{joined} {} joined where lines were split across frames (the same decoded bytes, \
-         each frame now ending a line",
-        if joined == 1 {
-            "frame was"
-        } else {
-            "frames were"
-        }
-    );
-    done.push_str(if header_joined {
-        ", the header line in a frame of its own)"
-    } else {
-        ")"
-    });
-    if cut > 0 {
-        done.push_str(&format!(
-            "; the incomplete last line ({cut} bytes), which no frame completes, was cut"
+    let frames = |n: usize| if n == 1 { "frame was" } else { "frames were" };
+    let mut parts = Vec::new();
+    if joined > 0 {
+        parts.push(format!(
+            "{joined} {} joined where lines were split across frames (the same decoded bytes, \
+             each frame now ending a line{})",
+            frames(joined),
+            if header_joined {
+                ", the header line in a frame of its own"
+            } else {
+                ""
+            }
         ));
     }
+    if torn_bytes > 0 {
+        parts.push(format!(
+            "the start of a record whose rest never came ({torn_bytes} bytes), which the next \
+             frame does not continue, was cut"
+        ));
+    }
+    if unended > 0 {
+        parts.push(format!(
+            "{unended} {} without its newline, which the next frame does not continue, {} \
+             ended with one",
+            if unended == 1 { "record" } else { "records" },
+            if unended == 1 { "was" } else { "were" }
+        ));
+    }
+    if cut > 0 {
+        parts.push(format!(
+            "the incomplete last line ({cut} bytes), which no frame completes, was cut"
+        ));
+    }
+    let mut done = parts.join("; ");
     done.push_str("; the original is in the quarantine folder");
     Ok(done)
 }

@@ -19,6 +19,7 @@ use super::super::header::Header;
 use super::super::limits::MAX_LINE_BYTES;
 use super::content::{ContentCheck, SeqSplit};
 use super::finding::{Finding, Kind};
+use super::fragment::{self, stray_fragment, Fragment};
 
 /// What the scan of one transcript found.
 #[derive(Debug, Clone, Default)]
@@ -80,6 +81,23 @@ impl Lines {
             start: 0,
             too_long: false,
         }
+    }
+
+    /// The unfinished line's bytes, when some are held whole and the line
+    /// is not the header's (it starts after the first byte).
+    fn unfinished(&self) -> Option<&[u8]> {
+        (self.pending_len > 0 && !self.too_long && self.start > 0).then_some(&self.pending[..])
+    }
+
+    /// Ends the unfinished line as [`stray_fragment`] judged it: a torn
+    /// start is skipped, an unended record checked as a line of its own.
+    fn end_fragment(&mut self, fragment: Fragment, check: &mut ContentCheck) {
+        if fragment == Fragment::Unended {
+            check.line(&self.pending, self.start);
+        }
+        self.start += self.pending_len;
+        self.pending.clear();
+        self.pending_len = 0;
     }
 
     fn feed(&mut self, mut bytes: &[u8], check: &mut ContentCheck) {
@@ -385,6 +403,7 @@ fn scan_frames(
         // A frame is decoded whole before its lines count: a checksum
         // failure at its end must not leave half its lines checked.
         let mut decoded: Vec<u8> = Vec::new();
+        let mut fed_in_pieces = false;
         let mut failed = None;
         loop {
             match reader.read_frame(&mut buf) {
@@ -393,6 +412,7 @@ fn scan_frames(
                     if reading {
                         if decoded.len() + n > 4 * MAX_LINE_BYTES {
                             // Large frames are fed as they come.
+                            fed_in_pieces = true;
                             frame_starts.push((plain, info.offset));
                             lines.feed(&decoded, check);
                             plain += decoded.len() as u64;
@@ -426,6 +446,31 @@ fn scan_frames(
         }
         scan.frames_ok += 1;
         if reading {
+            // (A frame fed in pieces already continued the line.)
+            let first_line = memchr::memchr(b'\n', &decoded)
+                .filter(|_| !fed_in_pieces)
+                .map(|i| &decoded[..i]);
+            let stray = lines
+                .unfinished()
+                .zip(first_line)
+                .and_then(|(start, next)| stray_fragment(start, next));
+            if let Some(fragment) = stray {
+                // The frames since the one the line starts in each said
+                // they end inside a line: they hold this fragment.
+                let run = frame_starts
+                    .iter()
+                    .take_while(|(p, _)| *p <= lines.start)
+                    .last()
+                    .map_or(0, |(_, f)| *f);
+                for f in frame_findings
+                    .iter_mut()
+                    .filter(|f| f.kind == Kind::SplitLine && f.offset >= Some(run))
+                {
+                    f.detail = fragment::describe(fragment, lines.pending_len);
+                    f.reference = fragment::REFERENCE.into();
+                }
+                lines.end_fragment(fragment, check);
+            }
             frame_starts.push((plain, info.offset));
             lines.feed(&decoded, check);
             plain += decoded.len() as u64;
