@@ -8,7 +8,9 @@
 //!
 //! The model (MOUNT.md, Appending and Reading):
 //! - a handle's complete lines are checked against the committed tail when
-//!   nothing of its own is pending, else against its own pending lines;
+//!   nothing of its own is pending, else against its own pending lines; a
+//!   refused line is dropped whole, the start earlier writes handed over
+//!   included;
 //! - a commit (fsync, flush, release, a read past the committed end)
 //!   succeeds when the batch still starts at the tail's next `seq`, else
 //!   the batch is dropped whole and the handle's next write, fsync (and,
@@ -450,7 +452,10 @@ impl Model {
     /// Takes a write of `data` on handle `i` (its failure already checked).
     /// `valid`: the operation's lines were numbered from the handle's
     /// cursor and its partial line held nothing but their start, so its
-    /// complete lines are accepted; otherwise they are refused (EINVAL).
+    /// complete lines are accepted; otherwise they are refused (EINVAL),
+    /// and the refused first line's start held from earlier writes is
+    /// dropped with it (a generated write's lines are consecutive, so the
+    /// first is the one refused).
     fn write(&mut self, i: usize, data: &[u8], valid: bool) -> Result<(), i32> {
         let tail = self.next_seq;
         let h = &mut self.handles[i];
@@ -462,6 +467,7 @@ impl Model {
         complete.extend_from_slice(&data[..=nl]);
         let cursor = if h.pending.is_empty() { tail } else { h.next };
         if !valid {
+            h.partial.clear();
             return Err(libc::EINVAL);
         }
         let lines = complete.iter().filter(|&&b| b == b'\n').count() as u64;
