@@ -2141,3 +2141,60 @@ fn a_stray_fragment_is_cut_or_ended_and_the_session_stays() {
     let run = PathBuf::from(report["quarantine"].as_str().unwrap());
     assert_quarantine_holds(&run, &root, &before);
 }
+
+/// Two writers continuing from the same tail in turn, one event a frame
+/// (A's T, B's T, A's T+1, B's T+1, ...): from T+1 on each line's `seq`
+/// continues both histories, so a split would have to guess whose line is
+/// whose (tester F1: the split took B's T+1 for A's and mixed the two).
+/// The doctor says so, `--repair` leaves the transcript byte for byte and
+/// forks nothing.
+#[test]
+fn interleaved_writers_that_cannot_be_told_apart_are_left_in_place() {
+    let (tmp, root) = case_copy("unpacked");
+    let id = "Session-A";
+    let path = root.join(APP).join(id).join("session.jsonl.zstd");
+    let original = lines_of(&path);
+    let k = (original.len() - 1) / 2;
+    let t = next_seq(&original[..=k]);
+    let mut bytes = frame(&joined(&original[..1]));
+    bytes.extend(frame(&joined(&original[1..=k])));
+    for i in 0..3 {
+        bytes.extend(frame(&format!("{}\n", original[k + 1 + i])));
+        bytes.extend(frame(&format!(
+            "{}\n",
+            other_writer(&original[k + 1 + i], t + i as u64)
+        )));
+    }
+    fs::write(&path, &bytes).unwrap();
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let rel = format!("{APP}/{id}/session.jsonl.zstd");
+    let f = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["path"].as_str().unwrap().ends_with(&rel)
+                && matches!(
+                    f["kind"].as_str(),
+                    Some("interleaved_writers" | "seq_duplicate")
+                )
+        })
+        .unwrap_or_else(|| panic!("no two-writer finding: {report}"));
+    assert_eq!(f["remedy"], "report", "{f}");
+    assert!(
+        f["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("from seq {} on", t + 1)),
+        "{f}"
+    );
+    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+    assert!(
+        fs::read(&path).unwrap() == bytes,
+        "the transcript changed: {report}"
+    );
+    assert!(
+        fork_dirs(&root.join(APP), id).is_empty(),
+        "a fork was made: {report}"
+    );
+}

@@ -103,6 +103,36 @@ pub struct SeqSplit {
     pub plain_offset: u64,
     /// The `seq` that line starts with (the other history's first event).
     pub seq: u64,
+    /// The first `seq` after the split that both histories continue with:
+    /// from there on, which line is whose cannot be told from the
+    /// transcript (`None` when every line continues one history only).
+    pub ambiguous_at: Option<u64>,
+}
+
+/// Which history a line whose `seq` starts at `first` continues, after a
+/// split: the second one's (next `seq` `other_next`) is tried first, then
+/// the first one's (`main_next`). One rule for the scan and the repair
+/// that splits the histories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continues {
+    /// The second history only.
+    Other,
+    /// The first history only.
+    Main,
+    /// Both: the line could be either writer's.
+    Both,
+    /// Neither (a gap): counted to the second history.
+    Neither,
+}
+
+/// See [`Continues`].
+pub fn continues(first: u64, main_next: u64, other_next: u64) -> Continues {
+    match (first == other_next, first == main_next) {
+        (true, true) => Continues::Both,
+        (true, false) => Continues::Other,
+        (false, true) => Continues::Main,
+        (false, false) => Continues::Neither,
+    }
 }
 
 /// The state of the line checks over one transcript.
@@ -305,17 +335,27 @@ impl ContentCheck {
         }
         if let Some(other) = self.other_next {
             // After a split: a line continues one of the two histories.
-            if first == other {
-                self.other_next = Some(end);
-            } else if first == self.next_seq {
-                self.interleaved = true;
-                self.next_seq = end;
-            } else {
-                let next = self.next_seq;
-                self.note(Kind::SeqGap, plain_offset, || {
-                    format!("seq {first} continues neither history (expected {next} or {other})")
-                });
-                self.other_next = Some(end);
+            match continues(first, self.next_seq, other) {
+                Continues::Both => {
+                    if let Some(split) = &mut self.split {
+                        split.ambiguous_at.get_or_insert(first);
+                    }
+                    self.other_next = Some(end);
+                }
+                Continues::Other => self.other_next = Some(end),
+                Continues::Main => {
+                    self.interleaved = true;
+                    self.next_seq = end;
+                }
+                Continues::Neither => {
+                    let next = self.next_seq;
+                    self.note(Kind::SeqGap, plain_offset, || {
+                        format!(
+                            "seq {first} continues neither history (expected {next} or {other})"
+                        )
+                    });
+                    self.other_next = Some(end);
+                }
             }
             return;
         }
@@ -325,6 +365,7 @@ impl ContentCheck {
             self.split = Some(SeqSplit {
                 plain_offset,
                 seq: first,
+                ambiguous_at: None,
             });
             self.other_next = Some(end);
         } else {
@@ -351,11 +392,18 @@ impl ContentCheck {
                     "a second writer continued from an older tail",
                 )
             };
+            let mut detail = format!("seq {} appears again: {what}", split.seq);
+            if let Some(seq) = split.ambiguous_at {
+                detail.push_str(&format!(
+                    "; from seq {seq} on, lines of the same seq continue both histories, so \
+                     which line is whose cannot be told from the transcript"
+                ));
+            }
             self.found.push((
                 LineFinding {
                     kind,
                     plain_offset: split.plain_offset,
-                    detail: format!("seq {} appears again: {what}", split.seq),
+                    detail,
                 },
                 1,
             ));

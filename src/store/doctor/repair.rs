@@ -17,6 +17,7 @@ use super::super::error::Shown;
 use super::super::frame::encode_frame;
 use super::super::quarantine::Quarantine;
 use super::super::transcript::Encoding;
+use super::content::{continues, Continues};
 use super::finding::{Kind, Remedy};
 use super::fork::{fork_id, fork_lines};
 use super::history::{copy_history, lines, readable_prefix, readable_text};
@@ -246,7 +247,7 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
                 Kind::TrailingGarbage => cut_garbage(&mut run, &path, f.offset.unwrap_or(0)),
                 Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
                 Kind::SkippableFrame => drop_skippable(&mut run, &path),
-                Kind::SeqDuplicate | Kind::InterleavedWriters => {
+                Kind::SeqDuplicate | Kind::InterleavedWriters if f.remedy == Remedy::Fork => {
                     split_seq(&mut run, scan, fi, encoding)
                 }
                 _ => continue,
@@ -959,15 +960,24 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
             super::fork::line_span(l).ok_or_else(|| std::io::Error::other("a line without seq"))?;
         if start < cut {
             next_main = s + n;
-        } else if s == other_next {
-            other.push(l);
-            other_next = s + n;
-        } else if s == next_main {
-            main_keep.push(l);
-            next_main = s + n;
         } else {
-            other.push(l);
-            other_next = s + n;
+            match continues(s, next_main, other_next) {
+                Continues::Main => {
+                    main_keep.push(l);
+                    next_main = s + n;
+                }
+                // The scan reports a split with lines of both histories
+                // (`Both`) without a fork; one made since is not split.
+                Continues::Both => {
+                    return Err(std::io::Error::other(format!(
+                        "the file changed since the scan: seq {s} continues both histories"
+                    )))
+                }
+                Continues::Other | Continues::Neither => {
+                    other.push(l);
+                    other_next = s + n;
+                }
+            }
         }
     }
     // Under the lock: the split must still be there (another doctor may

@@ -18,7 +18,7 @@ use super::super::frame::{FrameError, FrameInfo, FrameKind};
 use super::super::header::Header;
 use super::super::limits::MAX_LINE_BYTES;
 use super::content::{ContentCheck, SeqSplit};
-use super::finding::{Finding, Kind};
+use super::finding::{Finding, Kind, Remedy};
 use super::fragment::{self, stray_fragment, Fragment};
 
 /// What the scan of one transcript found.
@@ -256,10 +256,21 @@ pub fn scan_file(path: &Path, raw: bool) -> FileScan {
                 .map(|(_, f)| *f)
         }
     };
+    let ambiguous = split.is_some_and(|s| s.ambiguous_at.is_some());
     let mut extra = Vec::new();
     for f in found {
         let at = frame_of(f.plain_offset);
         let mut finding = Finding::new(path, f.kind, f.detail);
+        if ambiguous && matches!(f.kind, Kind::SeqDuplicate | Kind::InterleavedWriters) {
+            // A split would have to guess whose line is whose: reported,
+            // the transcript left as it is.
+            let shown = super::super::error::ShellArg(path).to_string();
+            finding = finding.with_remedy(Remedy::Report).with_fix(format!(
+                "split it by hand: `sessionfs doctor` cannot tell the two writers' lines apart \
+                 (`zstd -dc {shown}` shows them in the order they were written; each writer's \
+                 batches are whole frames); --repair leaves it in place"
+            ));
+        }
         if let Some(at) = at {
             finding = finding.at(at);
         }
