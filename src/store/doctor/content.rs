@@ -109,29 +109,48 @@ pub struct SeqSplit {
     pub ambiguous_at: Option<u64>,
 }
 
-/// Which history a line whose `seq` starts at `first` continues, after a
-/// split: the second one's (next `seq` `other_next`) is tried first, then
-/// the first one's (`main_next`). One rule for the scan and the repair
-/// that splits the histories.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Continues {
-    /// The second history only.
-    Other,
-    /// The first history only.
+/// One of the two histories of a transcript whose `seq` went back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Side {
+    /// The first writer's, which the transcript keeps.
+    #[default]
     Main,
-    /// Both: the line could be either writer's.
-    Both,
-    /// Neither (a gap): counted to the second history.
-    Neither,
+    /// The second writer's, which becomes a fork.
+    Other,
 }
 
-/// See [`Continues`].
-pub fn continues(first: u64, main_next: u64, other_next: u64) -> Continues {
-    match (first == other_next, first == main_next) {
-        (true, true) => Continues::Both,
-        (true, false) => Continues::Other,
-        (false, true) => Continues::Main,
-        (false, false) => Continues::Neither,
+/// How a line after a split fits the history [`assign`] gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// It continues that history.
+    Continues,
+    /// It continues neither (a gap): counted to the second history.
+    Gap,
+    /// It continues both, and nothing tells whose it is.
+    Ambiguous,
+}
+
+/// Which history a line whose `seq` starts at `first` goes to, after a
+/// split: the one whose next `seq` (`main_next`, `other_next`) it
+/// continues. A line that continues both goes with the previous event
+/// line (in history `previous`) when both lie in one frame
+/// (`with_previous`: a frame is one writer's batch); otherwise whose it
+/// is cannot be told ([`Fit::Ambiguous`]; counted to the second history).
+/// A raw transcript has no frames: its lines count as one frame. One rule
+/// for the scan and the repair that splits the histories.
+pub fn assign(
+    first: u64,
+    main_next: u64,
+    other_next: u64,
+    previous: Side,
+    with_previous: bool,
+) -> (Side, Fit) {
+    match (first == main_next, first == other_next) {
+        (true, true) if with_previous => (previous, Fit::Continues),
+        (true, true) => (Side::Other, Fit::Ambiguous),
+        (false, true) => (Side::Other, Fit::Continues),
+        (true, false) => (Side::Main, Fit::Continues),
+        (false, false) => (Side::Other, Fit::Gap),
     }
 }
 
@@ -155,6 +174,13 @@ pub struct ContentCheck {
     seq_unknown: bool,
     /// Problems found, at most one per kind (the first), with counts.
     found: Vec<(LineFinding, u64)>,
+    /// The history the last event line went to.
+    side: Side,
+    /// Decoded offset of the last event line's start.
+    previous_start: u64,
+    /// Decoded offset where the frame being read starts (0 for a raw
+    /// transcript: its lines count as one frame).
+    frame_start: u64,
 }
 
 impl ContentCheck {
@@ -226,6 +252,12 @@ impl ContentCheck {
                 format!("line {first}: {why}")
             });
         }
+    }
+
+    /// A frame starts at decoded offset `plain` (its lines are checked
+    /// next): lines of one frame are one writer's ([`assign`]).
+    pub fn frame_begins(&mut self, plain: u64) {
+        self.frame_start = plain;
     }
 
     /// Counts a line too long to be read (more than 16 MiB): it is not
@@ -335,30 +367,31 @@ impl ContentCheck {
         }
         if let Some(other) = self.other_next {
             // After a split: a line continues one of the two histories.
-            match continues(first, self.next_seq, other) {
-                Continues::Both => {
-                    if let Some(split) = &mut self.split {
-                        split.ambiguous_at.get_or_insert(first);
-                    }
-                    self.other_next = Some(end);
+            let with_previous = self.previous_start >= self.frame_start;
+            let (side, fit) = assign(first, self.next_seq, other, self.side, with_previous);
+            if fit == Fit::Ambiguous {
+                if let Some(split) = &mut self.split {
+                    split.ambiguous_at.get_or_insert(first);
                 }
-                Continues::Other => self.other_next = Some(end),
-                Continues::Main => {
+            }
+            if fit == Fit::Gap {
+                let next = self.next_seq;
+                self.note(Kind::SeqGap, plain_offset, || {
+                    format!("seq {first} continues neither history (expected {next} or {other})")
+                });
+            }
+            match side {
+                Side::Other => self.other_next = Some(end),
+                Side::Main => {
                     self.interleaved = true;
                     self.next_seq = end;
                 }
-                Continues::Neither => {
-                    let next = self.next_seq;
-                    self.note(Kind::SeqGap, plain_offset, || {
-                        format!(
-                            "seq {first} continues neither history (expected {next} or {other})"
-                        )
-                    });
-                    self.other_next = Some(end);
-                }
             }
+            self.side = side;
+            self.previous_start = plain_offset;
             return;
         }
+        self.previous_start = plain_offset;
         if first == self.next_seq {
             self.next_seq = end;
         } else if first < self.next_seq {
@@ -368,6 +401,7 @@ impl ContentCheck {
                 ambiguous_at: None,
             });
             self.other_next = Some(end);
+            self.side = Side::Other;
         } else {
             let next = self.next_seq;
             self.note(Kind::SeqGap, plain_offset, || {

@@ -17,7 +17,7 @@ use super::super::error::Shown;
 use super::super::frame::encode_frame;
 use super::super::quarantine::Quarantine;
 use super::super::transcript::Encoding;
-use super::content::{continues, Continues};
+use super::content::{assign, Fit, Side};
 use super::finding::{Kind, Remedy};
 use super::fork::{fork_id, fork_lines};
 use super::history::{copy_history, lines, readable_prefix, readable_text};
@@ -943,13 +943,17 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
     if cut > text.len() {
         return Err(std::io::Error::other("the file changed since the scan"));
     }
-    // Partition the lines after the cut into the two histories.
+    // Partition the lines after the cut into the two histories, as the
+    // scan did (`assign`: lines of one frame are one writer's).
     let all = lines(&text);
+    let starts = plain_frame_starts(&std::fs::read(&file.path)?, enc)?;
+    let frame_of = |at: usize| starts.partition_point(|&s| s <= at as u64);
     let mut next_main: u64 = 0;
     let mut offset = 0usize;
     let mut main_keep: Vec<&[u8]> = Vec::new();
     let mut other: Vec<&[u8]> = Vec::new();
     let mut other_next = split.seq;
+    let (mut side, mut previous_start) = (Side::Main, 0usize);
     for (i, l) in all.iter().enumerate() {
         let start = offset;
         offset += l.len() + 1;
@@ -961,24 +965,28 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
         if start < cut {
             next_main = s + n;
         } else {
-            match continues(s, next_main, other_next) {
-                Continues::Main => {
+            let with_previous = frame_of(previous_start) == frame_of(start + l.len());
+            let (to, fit) = assign(s, next_main, other_next, side, with_previous);
+            if fit == Fit::Ambiguous {
+                // The scan reports such a split without a fork; one
+                // written since is not split.
+                return Err(std::io::Error::other(format!(
+                    "the file changed since the scan: seq {s} continues both histories"
+                )));
+            }
+            match to {
+                Side::Main => {
                     main_keep.push(l);
                     next_main = s + n;
                 }
-                // The scan reports a split with lines of both histories
-                // (`Both`) without a fork; one made since is not split.
-                Continues::Both => {
-                    return Err(std::io::Error::other(format!(
-                        "the file changed since the scan: seq {s} continues both histories"
-                    )))
-                }
-                Continues::Other | Continues::Neither => {
+                Side::Other => {
                     other.push(l);
                     other_next = s + n;
                 }
             }
+            side = to;
         }
+        previous_start = start;
     }
     // Under the lock: the split must still be there (another doctor may
     // have made it since this scan).
@@ -1042,6 +1050,24 @@ fn frame_holding(bytes: &[u8], enc: Encoding, plain_at: usize) -> std::io::Resul
     Err(std::io::Error::other(
         "the file changed since the scan: it ends before the cut",
     ))
+}
+
+/// The decoded offsets (bytes) where the data frames of `bytes` start,
+/// which must be complete frames only; `[0]` for a raw transcript (no
+/// frames: its lines count as one).
+fn plain_frame_starts(bytes: &[u8], enc: Encoding) -> std::io::Result<Vec<u64>> {
+    if enc == Encoding::Raw {
+        return Ok(vec![0]);
+    }
+    let mut starts = Vec::new();
+    let mut plain = 0u64;
+    for f in complete_frames(bytes)? {
+        if matches!(f.kind, super::super::frame::FrameKind::Data { .. }) {
+            starts.push(plain);
+            plain += decoded(bytes, &f)?.len() as u64;
+        }
+    }
+    Ok(starts)
 }
 
 /// A private temporary file holding `bytes` (removed on drop).

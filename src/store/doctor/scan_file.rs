@@ -423,6 +423,9 @@ fn scan_frames(
                     if reading {
                         if decoded.len() + n > 4 * MAX_LINE_BYTES {
                             // Large frames are fed as they come.
+                            if !fed_in_pieces {
+                                check.frame_begins(plain);
+                            }
                             fed_in_pieces = true;
                             frame_starts.push((plain, info.offset));
                             lines.feed(&decoded, check);
@@ -481,6 +484,9 @@ fn scan_frames(
                     f.reference = fragment::REFERENCE.into();
                 }
                 lines.end_fragment(fragment, check);
+            }
+            if !fed_in_pieces {
+                check.frame_begins(plain);
             }
             frame_starts.push((plain, info.offset));
             lines.feed(&decoded, check);
