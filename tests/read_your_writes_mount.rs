@@ -82,11 +82,16 @@ fn reads_racing_incomplete_lines_never_see_zeros() {
     run("split", "--root--/cwd-slash/session.jsonl");
 }
 
-/// A line is held in memory until its newline arrives: one longer than
-/// 16 MiB is refused with EFBIG and dropped whole, its start included, so
-/// the handle's next line is taken (helper 28: the start stayed held and
-/// every later write was refused); nothing of the long line reaches the
-/// store.
+/// A line is held in memory until its newline arrives; the limit is
+/// 16 MiB with its newline, the length the store continues a session from
+/// (helper 29: a line of 16 MiB plus its newline was taken, and then no
+/// writer could open the session). A line of exactly that length is taken
+/// and the session takes appends after it. One longer is refused with
+/// EFBIG, and so is every write until its newline, the one holding the
+/// newline included (one `write(2)` of such a line: a short count, then
+/// EFBIG for the rest; helper 29: the rest was taken as a new line and
+/// refused as not JSON); the next write starts a new line. Nothing of the
+/// long line reaches the store.
 #[test]
 fn an_overlong_line_is_refused_with_efbig() {
     let root = tempfile::tempdir().unwrap();
@@ -95,39 +100,84 @@ fn an_overlong_line_is_refused_with_efbig() {
     let before = common::zstd_dc(&backing);
     let mount = Mount::start(root.path(), &[]);
     let script = r#"
-import errno, json, sys
-last = open(sys.argv[1], "rb").read().splitlines()[-1]
+import errno, json, os, sys
+path = sys.argv[1]
+last = open(path, "rb").read().splitlines()[-1]
 seq = json.loads(last)["seq"] + 1
-f = open(sys.argv[1], "ab", buffering=0)
-try:
-    for _ in range(20):
-        f.write(b"x" * (1 << 20))
-    print("accepted")
-except OSError as e:
-    print("EFBIG" if e.errno == errno.EFBIG else "errno %d" % e.errno)
-line = json.dumps({"type": "x-note", "seq": seq, "time": 1, "data": {}, "ignorable": True})
-f.write((line + "\n").encode())
-f.close()
-print(line)
+def line(seq, length=None):
+    l = json.dumps({"type": "x-note", "seq": seq, "time": 1, "data": {"pad": ""}, "ignorable": True})
+    if length is not None:
+        l = l.replace('"pad": ""', '"pad": "' + "p" * (length - len(l) - 1) + '"')
+    return (l + "\n").encode()
+def err(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = []
+# Exactly 16 MiB with its newline: taken, and the session goes on.
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+big = line(seq, 16 << 20)
+for i in range(0, len(big), 1 << 20):
+    os.write(fd, big[i:i + (1 << 20)])
+out.append(err(lambda: os.close(fd)))
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+os.write(fd, line(seq + 1))
+out.append(err(lambda: os.close(fd)))
+# One byte longer, in one write(2): a short count, then EFBIG for the
+# rest; the next line, written whole, is taken.
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+big = line(seq + 2, (16 << 20) + 1)
+n = os.write(fd, big)
+out.append("short" if 0 < n < len(big) else "count %d" % n)
+out.append(err(lambda: os.write(fd, big[n:])))
+good = line(seq + 2)
+os.write(fd, good)
+out.append(err(lambda: os.close(fd)))
+# In 1 MiB writes, then a whole line before the long one's newline: the
+# writes fail with EFBIG until that newline (the whole line's own); the
+# line after it is taken.
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+first = None
+for _ in range(20):
+    e = err(lambda: os.write(fd, b"x" * (1 << 20)))
+    if e != "ok":
+        first = e
+        break
+out.append(first)
+out.append(err(lambda: os.write(fd, b"x" * 10)))
+out.append(err(lambda: os.write(fd, line(seq + 3))))
+good2 = line(seq + 3)
+os.write(fd, good2)
+out.append(err(lambda: os.close(fd)))
+print(" ".join(out))
+sys.stdout.flush()
+sys.stdout.buffer.write(big[:0] + line(seq, 16 << 20) + line(seq + 1) + good + good2)
 "#;
     let out = Command::new("timeout")
-        .args(["60", "python3", "-c", script])
+        .args(["120", "python3", "-c", script])
         .arg(mount.join("--root--/cwd-root/session.jsonl"))
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let printed: Vec<&str> = stdout.lines().collect();
     assert!(
-        out.status.success() && printed.len() == 2 && printed[0] == "EFBIG",
-        "{stdout}{}",
+        out.status.success(),
+        "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let nl = out.stdout.iter().position(|&b| b == b'\n').unwrap();
+    let results = String::from_utf8_lossy(&out.stdout[..nl]).into_owned();
+    assert_eq!(
+        results, "ok ok short EFBIG ok EFBIG EFBIG EFBIG ok",
+        "close of the 16 MiB line, close after appending to it, one write(2) of a longer \
+         line, its rest, close; 1 MiB writes, more of the line, a whole line, close"
+    );
+    let stored = &out.stdout[nl + 1..];
     mount.stop();
     let mut want = before;
-    want.extend_from_slice(printed[1].as_bytes());
-    want.push(b'\n');
+    want.extend_from_slice(stored);
     assert!(
         common::zstd_dc(&backing) == want,
-        "the store is not the old transcript and the next line"
+        "the store is not the old transcript, the 16 MiB line and the three lines after it"
     );
 }

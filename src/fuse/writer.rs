@@ -23,9 +23,11 @@ use crate::store::{Store, StoreError};
 use super::budget::PendingBudget;
 use super::error::{FsError, FsResult};
 
-/// Longest line a writer may send (bytes): a line is held whole until its
-/// newline arrives, so its length is what the handle costs in memory.
-const MAX_LINE_BYTES: usize = 16 << 20;
+// The longest line a writer may send (bytes, its newline included): a
+// line is held whole until its newline arrives, so its length is what the
+// handle costs in memory, and the store continues a session only from a
+// last line this long at most.
+use crate::store::limits::MAX_LINE_BYTES;
 
 /// Pending complete lines are committed at once when they reach this many
 /// bytes, whatever the batch window: a frame stays a size that readers can
@@ -64,6 +66,10 @@ struct Pending {
     session: SessionWriter,
     /// An incomplete last line, waiting for the rest of it.
     partial: Vec<u8>,
+    /// Bytes of a line refused as longer than [`MAX_LINE_BYTES`] whose
+    /// newline has not come yet: none of them is held, and every write
+    /// until (and with) that newline fails with EFBIG.
+    overlong: Option<u64>,
     /// When the oldest uncommitted line arrived (the batch window's start).
     since: Option<Instant>,
     /// An error the next write, flush or fsync reports (a batch dropped or
@@ -133,6 +139,7 @@ impl Writer {
             pending: Mutex::new(Pending {
                 session: writer,
                 partial: Vec::new(),
+                overlong: None,
                 since: None,
                 failed: None,
                 charged: 0,
@@ -161,8 +168,9 @@ impl Writer {
     /// ([`SessionWriter::accept`]; nothing of `data` is taken, and a
     /// refused line whose start came in earlier writes is dropped with
     /// that start), or when an earlier batch of this handle was dropped;
-    /// EFBIG for a line over 16 MiB (dropped with its start); a commit's
-    /// error when the batch window is 0.
+    /// EFBIG for a line over 16 MiB, its newline included (dropped with
+    /// its start, and every write until its newline fails with EFBIG); a
+    /// commit's error when the batch window is 0.
     pub fn write(
         &self,
         store: &Store,
@@ -222,26 +230,48 @@ impl Writer {
         data: &[u8],
         batch_window: Duration,
     ) -> FsResult<u32> {
+        if let Some(dropped) = p.overlong {
+            return Err(self.rest_of_overlong(p, dropped, data));
+        }
         let Some(last_newline) = data.iter().rposition(|&b| b == b'\n') else {
             // No line ends here: the bytes wait on the handle, unchecked
             // until their line is complete (linear in the line's length).
-            if p.partial.len() + data.len() > MAX_LINE_BYTES {
+            // Its newline still to come counts.
+            if p.partial.len() + data.len() >= MAX_LINE_BYTES {
+                let dropped = p.partial.len() + data.len();
                 log::warn!(
                     "write to {}/session.jsonl refused: a line longer than {MAX_LINE_BYTES} \
-                     bytes; split the record{}",
+                     bytes; split the record{}; the writes until its newline fail too",
                     self.session_dir().display(),
                     dropped_start(p.partial.len())
                 );
-                // The line can never be taken: its start goes with it, and
-                // the handle's next byte starts a new line.
+                // The line can never be taken: none of it is held, and the
+                // rest of it is refused as it comes.
                 p.partial = Vec::new();
+                p.overlong = Some(dropped as u64);
                 return Err(FsError::LineTooLong);
             }
             p.partial.extend_from_slice(data);
             return Ok(data.len() as u32);
         };
         let cut = last_newline + 1;
-        if data.len() - cut > MAX_LINE_BYTES {
+        let first_line = p.partial.len() + memchr::memchr(b'\n', data).map_or(0, |i| i + 1);
+        if first_line > MAX_LINE_BYTES {
+            log::warn!(
+                "write to {}/session.jsonl refused: a line of {first_line} bytes, longer than \
+                 {MAX_LINE_BYTES}; split the record{}; the writes until its newline fail too",
+                self.session_dir().display(),
+                dropped_start(p.partial.len())
+            );
+            // Its newline is in this write, which is refused: a writer
+            // whose `write(2)` the kernel cut into pieces sends it again
+            // (the short count ended before this piece), and that write
+            // ends the line.
+            p.overlong = Some(p.partial.len() as u64);
+            p.partial = Vec::new();
+            return Err(FsError::LineTooLong);
+        }
+        if data.len() - cut >= MAX_LINE_BYTES {
             return Err(FsError::LineTooLong);
         }
         let mut complete = std::mem::take(&mut p.partial);
@@ -275,6 +305,28 @@ impl Writer {
             }
         }
         Ok(data.len() as u32)
+    }
+
+    /// A write of `data` after a line was refused as too long (`dropped`
+    /// bytes of it so far), until a write holds a newline: nothing is
+    /// taken; a newline in `data` ends that line (the bytes after it are
+    /// not taken either: the write failed, and the next one starts a new
+    /// line). Returns EFBIG.
+    fn rest_of_overlong(&self, p: &mut Pending, dropped: u64, data: &[u8]) -> FsError {
+        match memchr::memchr(b'\n', data) {
+            None => p.overlong = Some(dropped + data.len() as u64),
+            Some(i) => {
+                p.overlong = None;
+                log::warn!(
+                    "write to {}/session.jsonl refused: it ends the line longer than \
+                     {MAX_LINE_BYTES} bytes refused before ({} bytes in all, none stored); the \
+                     next write starts a new line",
+                    self.session_dir().display(),
+                    dropped + i as u64 + 1
+                );
+            }
+        }
+        FsError::LineTooLong
     }
 
     /// Commits what is pending (fsync).

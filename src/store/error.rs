@@ -503,8 +503,9 @@ impl fmt::Display for StoreError {
                 limit,
             } => write!(
                 f,
-                "{}: the last committed line (from byte {offset}) is longer than {limit} bytes \
-                 (16 MiB), more than sessionfs holds to continue a session; the transcript is \
+                "{}: the last committed line (in the frame at byte {offset} of the file, or from \
+                 that byte of a raw transcript) is longer than {limit} bytes (16 MiB, its newline \
+                 included), more than sessionfs holds to continue a session; the transcript is \
                  intact and reads as it is: continue it with the harness, or start a new session",
                 Shown(path)
             ),
