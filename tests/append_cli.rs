@@ -287,3 +287,55 @@ f.close()
         input.as_bytes(),
     )
 }
+
+/// A line of `len` bytes, its newline included: an ignorable note with
+/// `seq`, padded.
+fn padded_note(seq: u64, len: usize) -> String {
+    let line = note(seq, "big", 0);
+    let pad = len - line.len() - r#","pad":"""#.len();
+    line.replacen(
+        r#""n":0}"#,
+        &format!(r#""n":0,"pad":"{}"}}"#, "p".repeat(pad)),
+        1,
+    )
+}
+
+/// The 16 MiB line limit, its newline included, is the mount's and the
+/// store's (helper 29: `sessionfs append` took any length, and a session
+/// whose last line was longer could no longer be continued): a line of
+/// exactly 16 MiB is stored and the session takes the next; one byte
+/// longer is refused, exit 1, nothing of its batch stored.
+#[test]
+fn append_refuses_a_line_over_16_mib_and_takes_one_of_16_mib() {
+    let (_tmp, root) = common::corpus_copy("normal");
+    let path = transcript(&root, "Session-A");
+    let before = zstd_dc(&path);
+    let last: serde_json::Value =
+        serde_json::from_slice(before.split(|&b| b == b'\n').rev().nth(1).unwrap()).unwrap();
+    let seq = last["seq"].as_u64().unwrap() + 1;
+    let limit = 16 << 20;
+    let long = padded_note(seq, limit + 1);
+    assert_eq!(long.len(), limit + 1);
+    let out = append(&root, "Session-A", &long);
+    assert_exit(&out, 1, "a line of 16 MiB + 1");
+    assert!(
+        stderr(&out).contains("longer than 16777216 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        zstd_dc(&path) == before,
+        "the refused line changed the store"
+    );
+    let exact = padded_note(seq, limit);
+    assert_exit(&append(&root, "Session-A", &exact), 0, "a line of 16 MiB");
+    let next = note(seq + 1, "after", 1);
+    assert_exit(&append(&root, "Session-A", &next), 0, "the line after it");
+    let mut want = before;
+    want.extend_from_slice(exact.as_bytes());
+    want.extend_from_slice(next.as_bytes());
+    assert!(
+        zstd_dc(&path) == want,
+        "the store is not the 16 MiB line and the next"
+    );
+}

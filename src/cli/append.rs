@@ -8,10 +8,11 @@
 //! and stdin's first line must be its header. Stdin is read in batches of
 //! up to 4 MiB, each checked whole and committed as one frame.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 use crate::api::{Error, Root};
 use crate::identity::IdLookupError;
+use crate::store::limits::MAX_LINE_BYTES;
 use crate::store::StoreError;
 
 /// Input bytes checked and committed as one frame.
@@ -40,7 +41,8 @@ an ID no session has, exactly or by its part after the last '_'.
 Exit status:
   0  every line was stored
   1  a line was refused (invalid, seq not continuing, incomplete last line,
-     another writer got there first), the id is taken, or a store error
+     longer than 16 MiB, another writer got there first), the id is taken,
+     or a store error
   2  usage error
   3  the id matches several sessions by body";
 
@@ -59,13 +61,32 @@ pub fn run(root: &std::path::Path, id: &str, input: &mut dyn BufRead) -> u8 {
     let mut lines_before = 0usize;
     loop {
         let mut line = Vec::new();
-        let n = match input.read_until(b'\n', &mut line) {
+        // At most one byte past the limit is read: a longer line is
+        // refused without holding it.
+        let n = match (&mut *input)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
             Ok(n) => n,
             Err(e) => {
                 eprintln!("sessionfs: reading stdin: {e}");
                 return EXIT_ERROR;
             }
         };
+        if line.len() > MAX_LINE_BYTES {
+            let stored = if lines_before > 0 {
+                format!(" (the {lines_before} lines before it were)")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "sessionfs: stdin: line {} is longer than {MAX_LINE_BYTES} bytes (16 MiB, its \
+                 newline included), more than sessionfs continues a session from; split the \
+                 record; nothing of this batch was stored{stored}",
+                lines_before + batch.iter().filter(|&&b| b == b'\n').count() + 1
+            );
+            return EXIT_ERROR;
+        }
         batch.extend_from_slice(&line);
         let at_end = n == 0 || !line.ends_with(b"\n");
         if batch.len() >= BATCH_BYTES || (at_end && !batch.is_empty()) {
