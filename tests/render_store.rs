@@ -341,3 +341,59 @@ fn a_transcript_rewritten_in_place_to_the_same_length_is_rendered_again() {
     );
     assert_eq!(after, fresh(&second));
 }
+
+/// A persisted rendering whose transcript was rewritten in place by a
+/// longer copy (helper 29: the same first frames, then another last frame
+/// and one more, so the file looked grown) is rendered afresh by a later
+/// mount, not continued from the old text.
+#[test]
+fn a_transcript_rewritten_in_place_by_a_longer_copy_is_rendered_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache_dir = tmp.path().join("cache");
+    let path = tmp.path().join("session.jsonl.zstd");
+    let lines = corpus_lines("--home-alice-work-app--/Session-A");
+    fs::write(&path, framed(&lines)).unwrap();
+    let open = || {
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap()
+    };
+    let first = open();
+    let r = Rendering::open(&first, Some(&cache_dir)).unwrap();
+    let len = r.catch_up(&first).unwrap();
+    let before = r.read(&first, 0, len as u32 + 1).unwrap();
+    drop((r, first));
+
+    // The last event becomes a user message of its seq; the old last
+    // event follows with the next seq.
+    let n = lines.len();
+    let with_seq = |line: &[u8], seq: u64| {
+        let mut v: serde_json::Value = serde_json::from_slice(line).unwrap();
+        v["seq"] = seq.into();
+        let mut out = serde_json::to_vec(&v).unwrap();
+        out.push(b'\n');
+        out
+    };
+    let last: serde_json::Value = serde_json::from_slice(&lines[n - 1]).unwrap();
+    let seq = last["seq"].as_u64().unwrap();
+    let user = lines
+        .iter()
+        .find(|l| l.starts_with(br#"{"type":"user/message""#))
+        .unwrap();
+    let mut new_lines = lines[..n - 1].to_vec();
+    new_lines.push(with_seq(user, seq));
+    new_lines.push(with_seq(&lines[n - 1], seq + 1));
+    let inode = fs::metadata(&path).unwrap().ino();
+    rewrite_in_place(&path, &framed(&new_lines));
+    assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
+
+    let second = open();
+    let r = Rendering::open(&second, Some(&cache_dir)).unwrap();
+    let len = r.catch_up(&second).unwrap();
+    let after = r.read(&second, 0, len as u32 + 1).unwrap();
+    let want = fresh(&second);
+    assert!(want != before, "the rewrite does not change the rendering");
+    assert!(
+        after == want,
+        "the rendering of the rewritten transcript is not a fresh one"
+    );
+}

@@ -21,7 +21,7 @@ use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameCursor};
 use super::fresh;
 use super::fskind::{self, CommitProtocol};
-use super::growth::{self, Since};
+use super::growth::{Seen, Since};
 use super::header::{parse_header, Header, HeaderError};
 use super::index::{read_frame, FrameIndex, IndexedFrame};
 use super::index_store::{self, MIN_PERSISTED_FRAMES};
@@ -118,6 +118,9 @@ struct State {
     file: Arc<File>,
     ident: FileIdent,
     meta: Metadata,
+    /// What the view was built from ([`growth::Seen`]): how the file stands
+    /// since is judged from it.
+    seen: Seen,
     view: View,
     header: Header,
 }
@@ -294,10 +297,11 @@ impl Transcript {
     }
 
     /// Re-stats the backing file and follows it: growth extends the view
-    /// from where it ended; a replaced file (other device or inode), a
-    /// shorter one, or one of the same length under another mtime
-    /// (rewritten in place, [`growth::since`]) is opened and validated
-    /// again, its decoded frames no longer served. On a network client the
+    /// from where it ended; a replaced file (other device or inode), or
+    /// one rewritten in place (shorter; the same length under another
+    /// mtime or ctime; longer with other bytes before the old end:
+    /// [`Seen::since`]) is opened and validated again, its decoded frames
+    /// no longer served. On a network client the
     /// length comes from the server ([`fresh::server_metadata`]), so that
     /// another machine's appends show at once, not after the client's
     /// attribute cache expires (20 s for sshfs's defaults).
@@ -323,10 +327,8 @@ impl Transcript {
             }
             Err(e) => return Err(StoreError::io("stat", &self.path, e)),
         };
-        let since = |st: &State| {
-            (FileIdent::of(&meta) == st.ident)
-                .then(|| growth::since(st.meta.len(), growth::mtime_of(&st.meta), &meta))
-        };
+        let since =
+            |st: &State| (FileIdent::of(&meta) == st.ident).then(|| st.seen.since(&st.file, &meta));
         {
             let st = self.state.read();
             if since(&st) == Some(Since::Unchanged) {
@@ -347,14 +349,14 @@ impl Transcript {
             )
         };
         match since(&st) {
-            // Another file at the path, or a shorter one.
+            // Another file at the path.
             None => *st = rebuilt(Persisted::Load)?,
-            Some(Since::Rewritten) if meta.len() < st.meta.len() => *st = rebuilt(Persisted::Load)?,
-            // The same length under another mtime: rewritten in place
-            // (a byte flipped, `cp` of a copy of the same size). Decoded
-            // frames of the old view are dropped with its generation, and
-            // the file is walked again: the persisted index's check (its
-            // last frame) passes for such a file.
+            // Rewritten in place: shorter, the same length under another
+            // mtime or ctime (a byte flipped, a copy of the same size put
+            // over it), or longer with other bytes before the old end (a
+            // longer copy). Decoded frames of the old view are dropped with
+            // its generation, and the file is walked again: the persisted
+            // index's check (its last frame) can pass for such a file.
             Some(Since::Rewritten) => *st = rebuilt(Persisted::Replace)?,
             // Rewritten in place and grown (same inode, say `cp backup
             // FILE`): the indexed prefix no longer describes the file.
@@ -371,6 +373,7 @@ impl Transcript {
                     new_meta.len(),
                     &self.frames_decoded,
                 )?;
+                st.seen = Seen::of(&file, &new_meta);
                 st.meta = new_meta;
                 let ident = st.ident;
                 if let (Some(dir), View::Zstd(index)) = (&self.index_dir, &st.view) {
@@ -384,6 +387,20 @@ impl Transcript {
             plain_len: st.plain_len(),
             meta: st.meta.clone(),
         })
+    }
+
+    /// What the view was built from (length, times and last bytes of the
+    /// backing file as last refreshed).
+    pub fn seen(&self) -> Seen {
+        self.state.read().seen
+    }
+
+    /// How the backing file, as last refreshed, stands since `seen` (an
+    /// earlier [`Transcript::seen`] of this file): one read of up to 8
+    /// bytes when it grew ([`Seen::since`]).
+    pub fn since(&self, seen: &Seen) -> Since {
+        let st = self.state.read();
+        seen.since(&st.file, &st.meta)
     }
 
     /// The attributes as last seen, without touching the disk.
@@ -883,6 +900,7 @@ fn build_state(
     Ok(State {
         persisted_frames,
         generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+        seen: Seen::of(&file, &meta),
         file: Arc::new(file),
         ident: FileIdent::of(&meta),
         meta,
@@ -1085,6 +1103,43 @@ mod removed_path_tests {
         let e = t.read_no_short(middle, 1 << 20).unwrap_err();
         assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
         assert_eq!(t.read_no_short(0, HEADER.len() as u32).unwrap(), HEADER);
+    }
+
+    /// A transcript rewritten in place by a longer copy whose frames end
+    /// where the old ones did (the old last frame's header walks the same,
+    /// its bytes differ), and one rewritten to the same length with its
+    /// mtime put back: both are read as they are now, not as growth of
+    /// the old view or the old view itself (helper 29).
+    #[test]
+    fn rewrites_that_look_like_growth_or_nothing_are_read_as_they_are_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let other: &[u8] = b"{\"type\":\"x/z\",\"seq\":0,\"time\":2,\"data\":{}}\n";
+        let next: &[u8] = b"{\"type\":\"x/z\",\"seq\":1,\"time\":3,\"data\":{}}\n";
+        let framed = |l: &[u8]| super::super::frame::encode_frame(l).unwrap();
+        assert_eq!(framed(EVENT).len(), framed(other).len());
+        write(&path, &[HEADER, EVENT]);
+        let cache = Arc::new(FrameCache::new(1 << 20));
+        let t = Transcript::open(&path, Encoding::Zstd, cache).unwrap();
+        assert_eq!(t.read(0, 1 << 20).unwrap(), [HEADER, EVENT].concat());
+        // Longer, the same inode, other bytes before the old end.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let longer = [framed(HEADER), framed(other), framed(next)].concat();
+        f.write_all_at(&longer, 0).unwrap();
+        t.refresh().unwrap();
+        assert_eq!(t.read(0, 1 << 20).unwrap(), [HEADER, other, next].concat());
+        // The same length, the mtime put back (the ctime still moves).
+        let before = std::fs::metadata(&path).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let back = [framed(HEADER), framed(EVENT), framed(next)].concat();
+        f.write_all_at(&back, 0).unwrap();
+        f.set_modified(before.modified().unwrap()).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().modified().unwrap(),
+            before.modified().unwrap()
+        );
+        t.refresh().unwrap();
+        assert_eq!(t.read(0, 1 << 20).unwrap(), [HEADER, EVENT, next].concat());
     }
 
     /// An open transcript whose path is removed keeps its view (the held

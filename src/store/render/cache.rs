@@ -8,7 +8,8 @@
 //! ([`super::super::index_store`]). A persisted rendering is used only when
 //! its device, inode, session id, creation time, render format and time
 //! zone match, the transcript has not been rewritten in place since (it is
-//! longer than when the state was saved, or of the same length and mtime),
+//! the same length, mtime and ctime, or longer with the same last bytes
+//! before the saved length: [`growth::Seen`]),
 //! it does not reach past the transcript's view and its
 //! Markdown file has exactly the length the state records; otherwise it is
 //! rebuilt in a new file renamed over the old one (a file another mount
@@ -42,12 +43,10 @@ struct Persisted {
     id: String,
     created_at: u64,
     zone: String,
-    /// The transcript's compressed length (bytes) and mtime (seconds,
-    /// nanoseconds) when the state was saved: a transcript of the same
-    /// length under another mtime, or a shorter one, was rewritten in place
-    /// (transcripts only grow).
-    len: u64,
-    mtime: growth::Mtime,
+    /// The transcript as it was when the state was saved (length, times,
+    /// last bytes): one rewritten in place since ([`growth::Seen::since`])
+    /// is rendered again.
+    seen: growth::Seen,
     state: RenderState,
 }
 
@@ -55,10 +54,9 @@ struct Inner {
     file: Arc<File>,
     renderer: Renderer,
     ident: FileIdent,
-    /// The transcript's compressed length (bytes) and mtime the rendering
-    /// was made from: one of the same length under another mtime, or a
-    /// shorter one, was rewritten in place and is rendered again.
-    seen: (u64, growth::Mtime),
+    /// The transcript the rendering was made from: one rewritten in place
+    /// since ([`growth::Seen::since`]) is rendered again.
+    seen: growth::Seen,
     /// Markdown and state paths, when persisted.
     paths: Option<(PathBuf, PathBuf)>,
 }
@@ -85,8 +83,7 @@ impl Rendering {
     /// Errors: [`StoreError::Io`] when no temporary file can be made.
     pub fn open(t: &Transcript, dir: Option<&Path>) -> Result<Rendering> {
         let ident = t.ident();
-        let meta = t.cached_attr().meta;
-        let now = (meta.len(), growth::mtime_of(&meta));
+        let now = t.seen();
         if let Some(dir) = dir {
             let (md, st) = paths_in(dir, ident);
             if let Some((file, state, seen)) = load(t, ident, &md, &st) {
@@ -123,7 +120,7 @@ impl Rendering {
     fn with(
         file: File,
         renderer: Renderer,
-        (ident, seen): (FileIdent, (u64, growth::Mtime)),
+        (ident, seen): (FileIdent, growth::Seen),
         paths: Option<(PathBuf, PathBuf)>,
     ) -> Self {
         Rendering {
@@ -155,12 +152,9 @@ impl Rendering {
             let state = inner.renderer.state();
             state.plain_offset.max(state.title_checked)
         };
-        let (len, mtime) = inner.seen;
-        inner.seen = (attr.meta.len(), growth::mtime_of(&attr.meta));
-        if ident != inner.ident
-            || rendered_to > to
-            || growth::since(len, mtime, &attr.meta) == growth::Since::Rewritten
-        {
+        let rewritten = t.since(&inner.seen) == growth::Since::Rewritten;
+        inner.seen = t.seen();
+        if ident != inner.ident || rendered_to > to || rewritten {
             inner.ident = ident;
             inner.renderer = Renderer::new();
             // A persisted file may be open in another mount: never truncated,
@@ -264,7 +258,7 @@ fn load(
     ident: FileIdent,
     md: &Path,
     st: &Path,
-) -> Option<(File, RenderState, (u64, growth::Mtime))> {
+) -> Option<(File, RenderState, growth::Seen)> {
     let bytes = fs::read(st).ok()?;
     let p: Persisted = serde_json::from_slice(&bytes).ok()?;
     let header = t.header();
@@ -274,7 +268,7 @@ fn load(
         && p.id == header.id
         && p.created_at == header.created_at_ms
         && p.zone == clock::zone_key()
-        && growth::since(p.len, p.mtime, &t.cached_attr().meta) != growth::Since::Rewritten
+        && t.since(&p.seen) != growth::Since::Rewritten
         && p.state.plain_offset.max(p.state.title_checked) <= t.cached_attr().plain_len;
     if !valid {
         return None;
@@ -285,7 +279,7 @@ fn load(
     if file.metadata().ok()?.len() != p.state.md_len {
         return None;
     }
-    Some((file, p.state, (p.len, p.mtime)))
+    Some((file, p.state, p.seen))
 }
 
 /// Saves the renderer's state (atomically) when `md` is still this
@@ -301,7 +295,6 @@ fn save(md: &Path, st: &Path, inner: &Inner, t: &Transcript) -> bool {
         return false;
     }
     let header = t.header();
-    let meta = t.cached_attr().meta;
     let p = Persisted {
         format: RENDER_FORMAT,
         dev: inner.ident.dev,
@@ -309,8 +302,7 @@ fn save(md: &Path, st: &Path, inner: &Inner, t: &Transcript) -> bool {
         id: header.id.clone(),
         created_at: header.created_at_ms,
         zone: clock::zone_key(),
-        len: meta.len(),
-        mtime: growth::mtime_of(&meta),
+        seen: inner.seen,
         state: inner.renderer.state().clone(),
     };
     let result = (|| -> std::io::Result<()> {
