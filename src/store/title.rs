@@ -3,7 +3,9 @@
 //!
 //! Rules: the text of the message's `text` content blocks, joined by a
 //! space; every control or white-space character (NUL, newline and tab
-//! included) becomes a space and `/` becomes `_`; runs of spaces collapse to one and leading
+//! included) and every bidirectional format character ([`is_bidi_format`]:
+//! U+202E would show a link name reversed in a file manager) becomes a
+//! space and `/` becomes `_`; runs of spaces collapse to one and leading
 //! spaces go; then at most [`TITLE_MAX_CHARS`] characters (Unicode scalar
 //! values) are kept, cut after the last whole word that fits (a single
 //! longer word is cut at the limit); finally trailing spaces and dots are
@@ -25,13 +27,20 @@ use super::transcript::Transcript;
 /// Longest title, in characters (Unicode scalar values).
 pub const TITLE_MAX_CHARS: usize = 60;
 
+/// Whether `c` is a bidirectional format character (the marks U+061C,
+/// U+200E, U+200F, the embeddings and overrides U+202A–U+202E, the
+/// isolates U+2066–U+2069): it reorders the text around it when shown.
+pub fn is_bidi_format(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// The title made of `text` (see the module rules); may be empty.
 pub fn title_from_text(text: &str) -> String {
     let mut clean = String::with_capacity(text.len().min(4 * TITLE_MAX_CHARS + 8));
     let mut chars = 0usize;
     // One character more than the limit tells whether a word was cut.
     for c in text.chars() {
-        let c = if c.is_control() || c.is_whitespace() {
+        let c = if c.is_control() || c.is_whitespace() || is_bidi_format(c) {
             ' '
         } else if c == '/' {
             '_'
@@ -191,6 +200,10 @@ mod tests {
         let one = "x".repeat(100);
         assert_eq!(title_from_text(&one), "x".repeat(60));
         assert_eq!(title_from_text("a\0b"), "a b");
+        assert_eq!(
+            title_from_text("gpj\u{202E}.exe ok\u{2066}x"),
+            "gpj .exe ok x"
+        );
         assert_eq!(title_from_text(""), "");
         assert_eq!(title_from_text(" ... "), "");
         // Exactly 60 characters: kept whole.

@@ -49,8 +49,9 @@ use crate::store::{Encoding, EntryKind, FrameCache, Store, StoreError, Transcrip
 /// a change in the same clock tick would leave it unchanged.
 const RACY: Duration = Duration::from_secs(2);
 
-/// Format of the persisted file.
-const PERSIST_VERSION: u64 = 2;
+/// Format of the persisted file (3: titles without bidirectional format
+/// characters, so that catalogs persisted before are read again).
+const PERSIST_VERSION: u64 = 3;
 
 /// Sessions read (validated and scanned for a title) by every catalog of
 /// this process: a counter for tests and `.sessionfs-status`.
