@@ -300,6 +300,18 @@ fn a_line_too_long_to_render_is_listed_and_skipped() {
     );
 }
 
+/// `path` opened as a mount would (a transcript of its own cache) and
+/// rendered with the persisted renderings under `cache_dir`: the
+/// transcript and the whole rendering.
+fn render_persisted(path: &Path, cache_dir: &Path) -> (Transcript, Vec<u8>) {
+    let cache = Arc::new(FrameCache::new(1 << 20));
+    let t = Transcript::open_with(path, Encoding::Zstd, cache, None).unwrap();
+    let r = Rendering::open(&t, Some(cache_dir)).unwrap();
+    let len = r.catch_up(&t).unwrap();
+    let md = r.read(&t, 0, len as u32 + 1).unwrap();
+    (t, md)
+}
+
 #[test]
 fn a_transcript_rewritten_in_place_to_the_same_length_is_rendered_again() {
     // Found by a fresh tester: a persisted rendering was checked by device,
@@ -312,16 +324,8 @@ fn a_transcript_rewritten_in_place_to_the_same_length_is_rendered_again() {
     let lines = corpus_lines("--home-alice-work-app--/Session-A");
     let (new_lines, word) = same_length_rewrite(&lines, "Because");
     fs::write(&path, framed(&lines)).unwrap();
-    let open = || {
-        let cache = Arc::new(FrameCache::new(1 << 20));
-        Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap()
-    };
-    let first = open();
-    let r = Rendering::open(&first, Some(&cache_dir)).unwrap();
-    let len = r.catch_up(&first).unwrap();
-    let before = r.read(&first, 0, len as u32 + 1).unwrap();
+    let (_, before) = render_persisted(&path, &cache_dir);
     assert!(String::from_utf8_lossy(&before).contains("Because"));
-    drop((r, first));
 
     let (inode, size) = (
         fs::metadata(&path).unwrap().ino(),
@@ -331,10 +335,7 @@ fn a_transcript_rewritten_in_place_to_the_same_length_is_rendered_again() {
     assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
     assert_eq!(fs::metadata(&path).unwrap().len(), size);
 
-    let second = open();
-    let r = Rendering::open(&second, Some(&cache_dir)).unwrap();
-    let len = r.catch_up(&second).unwrap();
-    let after = r.read(&second, 0, len as u32 + 1).unwrap();
+    let (second, after) = render_persisted(&path, &cache_dir);
     assert!(
         String::from_utf8_lossy(&after).contains(&word),
         "the rendering of the rewritten transcript shows the old text"
@@ -353,15 +354,7 @@ fn a_transcript_rewritten_in_place_by_a_longer_copy_is_rendered_again() {
     let path = tmp.path().join("session.jsonl.zstd");
     let lines = corpus_lines("--home-alice-work-app--/Session-A");
     fs::write(&path, framed(&lines)).unwrap();
-    let open = || {
-        let cache = Arc::new(FrameCache::new(1 << 20));
-        Transcript::open_with(&path, Encoding::Zstd, cache, None).unwrap()
-    };
-    let first = open();
-    let r = Rendering::open(&first, Some(&cache_dir)).unwrap();
-    let len = r.catch_up(&first).unwrap();
-    let before = r.read(&first, 0, len as u32 + 1).unwrap();
-    drop((r, first));
+    let (_, before) = render_persisted(&path, &cache_dir);
 
     // The last event becomes a user message of its seq; the old last
     // event follows with the next seq.
@@ -386,10 +379,7 @@ fn a_transcript_rewritten_in_place_by_a_longer_copy_is_rendered_again() {
     rewrite_in_place(&path, &framed(&new_lines));
     assert_eq!(fs::metadata(&path).unwrap().ino(), inode);
 
-    let second = open();
-    let r = Rendering::open(&second, Some(&cache_dir)).unwrap();
-    let len = r.catch_up(&second).unwrap();
-    let after = r.read(&second, 0, len as u32 + 1).unwrap();
+    let (second, after) = render_persisted(&path, &cache_dir);
     let want = fresh(&second);
     assert!(want != before, "the rewrite does not change the rendering");
     assert!(
