@@ -2198,3 +2198,67 @@ fn interleaved_writers_that_cannot_be_told_apart_are_left_in_place() {
         "a fork was made: {report}"
     );
 }
+
+/// Histories the split cannot tell apart beyond the one-event-a-frame
+/// case (helper 30): both writers' lines alternating inside one frame
+/// (the frame is no one writer's batch), and a third writer's line that
+/// continues neither history (it was put in the fork and renumbered,
+/// hiding the gap). Each is reported only and left byte for byte.
+#[test]
+fn histories_mixed_in_one_frame_or_by_a_third_writer_are_left_in_place() {
+    let (tmp, root) = case_copy("unpacked");
+    let id = "Session-A";
+    let path = root.join(APP).join(id).join("session.jsonl.zstd");
+    let original = lines_of(&path);
+    let k = (original.len() - 1) / 2;
+    let t = next_seq(&original[..=k]);
+    let a = |i: usize| format!("{}\n", original[k + 1 + i]);
+    let b = |i: usize| format!("{}\n", other_writer(&original[k + 1 + i], t + i as u64));
+    let c = format!("{}\n", other_writer(&original[k + 1], t));
+    let cases: [(&str, Vec<String>); 2] = [
+        (
+            "alternating in one frame",
+            vec![[a(0), b(0), a(1), b(1)].concat()],
+        ),
+        (
+            "a third writer",
+            vec![
+                [a(0), a(1), a(2)].concat(),
+                b(0),
+                [c.clone(), a(3)].concat(),
+            ],
+        ),
+    ];
+    for (what, frames) in cases {
+        let mut bytes = frame(&joined(&original[..1]));
+        bytes.extend(frame(&joined(&original[1..=k])));
+        for f in &frames {
+            bytes.extend(frame(f));
+        }
+        fs::write(&path, &bytes).unwrap();
+        let (_, report) = doctor_json(tmp.path(), &root, &[]);
+        let rel = format!("{APP}/{id}/session.jsonl.zstd");
+        let f = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| {
+                f["path"].as_str().unwrap().ends_with(&rel)
+                    && matches!(
+                        f["kind"].as_str(),
+                        Some("interleaved_writers" | "seq_duplicate")
+                    )
+            })
+            .unwrap_or_else(|| panic!("{what}: no two-writer finding: {report}"));
+        assert_eq!(f["remedy"], "report", "{what}: {f}");
+        let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert!(
+            fs::read(&path).unwrap() == bytes,
+            "{what}: the transcript changed: {report}"
+        );
+        assert!(
+            fork_dirs(&root.join(APP), id).is_empty(),
+            "{what}: a fork was made: {report}"
+        );
+    }
+}

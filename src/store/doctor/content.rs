@@ -103,9 +103,10 @@ pub struct SeqSplit {
     pub plain_offset: u64,
     /// The `seq` that line starts with (the other history's first event).
     pub seq: u64,
-    /// The first `seq` after the split that both histories continue with:
-    /// from there on, which line is whose cannot be told from the
-    /// transcript (`None` when every line continues one history only).
+    /// The first `seq` after the split that continues both histories with
+    /// nothing to tell whose it is, or neither ([`Fit`]): from there on,
+    /// which line is whose cannot be told from the transcript (`None` when
+    /// every line continues one history, or goes with its frame).
     pub ambiguous_at: Option<u64>,
 }
 
@@ -133,11 +134,12 @@ pub enum Fit {
 /// Which history a line whose `seq` starts at `first` goes to, after a
 /// split: the one whose next `seq` (`main_next`, `other_next`) it
 /// continues. A line that continues both goes with the previous event
-/// line (in history `previous`) when both lie in one frame
-/// (`with_previous`: a frame is one writer's batch); otherwise whose it
-/// is cannot be told ([`Fit::Ambiguous`]; counted to the second history).
-/// A raw transcript has no frames: its lines count as one frame. One rule
-/// for the scan and the repair that splits the histories.
+/// line (in history `previous`) when both lie in one frame that holds
+/// lines of one history only (`with_previous`: then the frame is one
+/// writer's batch); otherwise whose it is cannot be told
+/// ([`Fit::Ambiguous`]; counted to the second history). A raw transcript
+/// has no frames: its lines count as one, which the split itself mixes.
+/// One rule for the scan and the repair that splits the histories.
 pub fn assign(
     first: u64,
     main_next: u64,
@@ -181,6 +183,11 @@ pub struct ContentCheck {
     /// Decoded offset where the frame being read starts (0 for a raw
     /// transcript: its lines count as one frame).
     frame_start: u64,
+    /// Whether the frame being read holds lines of both histories (the
+    /// split is in it, or its lines went from one history to the other):
+    /// then it is no one writer's batch, and tells nothing of whose a line
+    /// is.
+    frame_mixed: bool,
 }
 
 impl ContentCheck {
@@ -258,6 +265,7 @@ impl ContentCheck {
     /// next): lines of one frame are one writer's ([`assign`]).
     pub fn frame_begins(&mut self, plain: u64) {
         self.frame_start = plain;
+        self.frame_mixed = false;
     }
 
     /// Counts a line too long to be read (more than 16 MiB): it is not
@@ -367,9 +375,11 @@ impl ContentCheck {
         }
         if let Some(other) = self.other_next {
             // After a split: a line continues one of the two histories.
-            let with_previous = self.previous_start >= self.frame_start;
+            let same_frame = self.previous_start >= self.frame_start;
+            let with_previous = same_frame && !self.frame_mixed;
             let (side, fit) = assign(first, self.next_seq, other, self.side, with_previous);
-            if fit == Fit::Ambiguous {
+            self.frame_mixed |= same_frame && side != self.side;
+            if fit != Fit::Continues {
                 if let Some(split) = &mut self.split {
                     split.ambiguous_at.get_or_insert(first);
                 }
@@ -391,6 +401,7 @@ impl ContentCheck {
             self.previous_start = plain_offset;
             return;
         }
+        let same_frame = self.previous_start >= self.frame_start;
         self.previous_start = plain_offset;
         if first == self.next_seq {
             self.next_seq = end;
@@ -402,6 +413,7 @@ impl ContentCheck {
             });
             self.other_next = Some(end);
             self.side = Side::Other;
+            self.frame_mixed |= same_frame;
         } else {
             let next = self.next_seq;
             self.note(Kind::SeqGap, plain_offset, || {
@@ -429,8 +441,9 @@ impl ContentCheck {
             let mut detail = format!("seq {} appears again: {what}", split.seq);
             if let Some(seq) = split.ambiguous_at {
                 detail.push_str(&format!(
-                    "; from seq {seq} on, lines of the same seq continue both histories, so \
-                     which line is whose cannot be told from the transcript"
+                    "; from seq {seq} on, a line continues both histories (in no frame of one \
+                     writer's alone) or neither, so which line is whose cannot be told from the \
+                     transcript"
                 ));
             }
             self.found.push((

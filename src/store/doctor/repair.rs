@@ -954,6 +954,9 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
     let mut other: Vec<&[u8]> = Vec::new();
     let mut other_next = split.seq;
     let (mut side, mut previous_start) = (Side::Main, 0usize);
+    // The frame found holding lines of both histories, if any (see
+    // `assign`).
+    let mut mixed_frame: Option<usize> = None;
     for (i, l) in all.iter().enumerate() {
         let start = offset;
         offset += l.len() + 1;
@@ -965,13 +968,19 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
         if start < cut {
             next_main = s + n;
         } else {
-            let with_previous = frame_of(previous_start) == frame_of(start + l.len());
+            let frame = frame_of(start + l.len());
+            let same_frame = frame_of(previous_start) == frame;
+            let with_previous = same_frame && mixed_frame != Some(frame);
             let (to, fit) = assign(s, next_main, other_next, side, with_previous);
-            if fit == Fit::Ambiguous {
+            if same_frame && to != side {
+                mixed_frame = Some(frame);
+            }
+            if fit != Fit::Continues {
                 // The scan reports such a split without a fork; one
                 // written since is not split.
                 return Err(std::io::Error::other(format!(
-                    "the file changed since the scan: seq {s} continues both histories"
+                    "the file changed since the scan: seq {s} continues both histories or \
+                     neither"
                 )));
             }
             match to {
