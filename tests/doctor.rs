@@ -2262,3 +2262,59 @@ fn histories_mixed_in_one_frame_or_by_a_third_writer_are_left_in_place() {
         );
     }
 }
+
+/// Stray fragments beside other pieces of lines (helper 30): a torn start
+/// then a whole record without its newline (and the mirror image), and a
+/// torn start then a line split across two frames. Only the torn start
+/// goes: the whole record is ended with its newline, the split line is
+/// joined, every other line stays, and the reference loads the session
+/// (it lost the record, and the session no longer loaded).
+#[test]
+fn a_stray_fragment_beside_a_whole_record_or_a_split_line_keeps_them() {
+    let (tmp, root) = case_copy("normal");
+    let path = root.join(format!("{APP}/Session-A/session.jsonl.zstd"));
+    let original = lines_of(&path);
+    let k = original.len() / 2;
+    let head = [
+        frame(&joined(&original[..1])),
+        frame(&joined(&original[1..k])),
+    ]
+    .concat();
+    let tail = frame(&joined(&original[k + 1..]));
+    let line = &original[k];
+    let torn = &original[k + 1][..30];
+    let cases: [(&str, Vec<Vec<u8>>); 3] = [
+        ("torn start, whole record", vec![frame(torn), frame(line)]),
+        ("whole record, torn start", vec![frame(line), frame(torn)]),
+        (
+            "torn start, split line",
+            vec![
+                frame(torn),
+                frame(&line[..20]),
+                frame(&format!("{}\n", &line[20..])),
+            ],
+        ),
+    ];
+    for (what, middle) in cases {
+        let mut bytes = head.clone();
+        for f in &middle {
+            bytes.extend_from_slice(f);
+        }
+        // The split-line case ends its line itself.
+        if what != "torn start, split line" {
+            bytes.extend(frame(&joined(&original[k + 1..k + 2])));
+            bytes.extend(frame(&joined(&original[k + 2..])));
+        } else {
+            bytes.extend_from_slice(&tail);
+        }
+        fs::write(&path, &bytes).unwrap();
+        let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(lines_of(&path), original, "{what}: {report}");
+        let o = assert_oracle_loads(&root, &["ünïcödé-🚀"]);
+        assert_eq!(
+            oracle::oracle_session(&o, "Session-A")["load"]["ok"],
+            true,
+            "{what}"
+        );
+    }
+}

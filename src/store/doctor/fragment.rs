@@ -7,7 +7,8 @@
 //! the join repair ends the fragment or cuts it instead of joining.
 //!
 //! One predicate for the scan ([`super::scan_file`]) and the repair
-//! ([`super::repair`]), so that the repair does what the report said.
+//! ([`super::repair`]), so that the repair does what the report said:
+//! [`stray_fragments`].
 
 use super::super::json::{parse_object, Utf8};
 
@@ -23,41 +24,68 @@ pub enum Fragment {
     Unended,
 }
 
-/// Whether `start` (the unfinished line's bytes, no `\n`) followed by
-/// `next` (the next frame's first line, no `\n`) is a stray fragment: the
-/// joined line is no JSON object, and `next` is one on its own. `None`
-/// when the join is a record (a line split across frames, which the
-/// reference loads), or when neither reading gives a record.
-pub fn stray_fragment(start: &[u8], next: &[u8]) -> Option<Fragment> {
+/// Pieces of an unfinished line tried as strays at most (a line split
+/// over more frames is judged whole or by its last frame alone).
+const MAX_PIECES_TRIED: usize = 64;
+
+/// Whether the unfinished start of a line, as the frames since the line
+/// began gave it (`pieces`, in order, none holding a newline), ends in
+/// stray fragments before `next` (the next frame's first line, no `\n`):
+/// the pieces joined with `next` are no JSON object, but the last pieces
+/// from some point on joined with `next` are one (or `next` alone is).
+/// Returns how each piece before that point is to be taken, one
+/// [`Fragment`] a piece; `None` when the whole join is a record (a line
+/// split across frames, which the reference loads) or no suffix gives
+/// one.
+pub fn stray_fragments(pieces: &[&[u8]], next: &[u8]) -> Option<Vec<Fragment>> {
     let is_object = |b: &[u8]| parse_object(b, Utf8::Replace).is_ok();
-    if start.is_empty() || !is_object(next) {
+    if pieces.iter().all(|p| p.is_empty()) {
         return None;
     }
-    let mut joined = Vec::with_capacity(start.len() + next.len());
-    joined.extend_from_slice(start);
-    joined.extend_from_slice(next);
-    if is_object(&joined) {
+    let joined_from = |k: usize| {
+        let mut line = pieces[k..].concat();
+        line.extend_from_slice(next);
+        line
+    };
+    if is_object(&joined_from(0)) {
         return None;
     }
-    Some(if is_object(start) {
-        Fragment::Unended
-    } else {
-        Fragment::Torn
-    })
+    let n = pieces.len();
+    let tried = (1..n.min(MAX_PIECES_TRIED)).chain(std::iter::once(n));
+    let k = tried.into_iter().find(|&k| is_object(&joined_from(k)))?;
+    Some(
+        pieces[..k]
+            .iter()
+            .map(|p| {
+                if is_object(p) {
+                    Fragment::Unended
+                } else {
+                    Fragment::Torn
+                }
+            })
+            .collect(),
+    )
 }
 
-/// How the scan's finding describes a fragment of `len` bytes.
-pub fn describe(fragment: Fragment, len: u64) -> String {
-    match fragment {
-        Fragment::Torn => format!(
-            "the frame ends inside a line that the next frame does not continue (it begins a \
-             record of its own): {len} bytes of a record whose rest never came"
-        ),
-        Fragment::Unended => format!(
-            "the frame ends a record ({len} bytes) without its newline, and the next frame \
-             begins a record of its own"
-        ),
+/// How the scan's finding describes stray pieces: `torn` bytes of records
+/// whose rest never came, `unended` whole records without their newline.
+pub fn describe(torn: u64, unended: usize) -> String {
+    let mut parts = vec![
+        "the frame ends inside a line that the next frames do not continue (a record of its \
+         own begins there)"
+            .to_string(),
+    ];
+    if torn > 0 {
+        parts.push(format!("{torn} bytes of records whose rest never came"));
     }
+    if unended > 0 {
+        parts.push(format!(
+            "{unended} whole {} without {} newline",
+            if unended == 1 { "record" } else { "records" },
+            if unended == 1 { "its" } else { "their" }
+        ));
+    }
+    parts.join(": ")
 }
 
 /// What the reference does with such a file (the finding's reference).
@@ -72,14 +100,28 @@ mod tests {
 
     #[test]
     fn a_torn_start_before_a_whole_record_is_a_stray_fragment() {
+        let torn: &[u8] = br#"{"type":"x-note","seq":5,"ti"#;
+        let whole: &[u8] = br#"{"type":"x-note","seq":4,"time":1,"data":{}}"#;
+        assert_eq!(stray_fragments(&[torn], NEXT), Some(vec![Fragment::Torn]));
         assert_eq!(
-            stray_fragment(br#"{"type":"x-note","seq":5,"ti"#, NEXT),
-            Some(Fragment::Torn)
+            stray_fragments(&[whole], NEXT),
+            Some(vec![Fragment::Unended])
+        );
+        // A torn start, then a whole record (and the mirror image): the
+        // record is kept (helper 30: both were cut).
+        assert_eq!(
+            stray_fragments(&[torn, whole], NEXT),
+            Some(vec![Fragment::Torn, Fragment::Unended])
         );
         assert_eq!(
-            stray_fragment(br#"{"type":"x-note","seq":4,"time":1,"data":{}}"#, NEXT),
-            Some(Fragment::Unended)
+            stray_fragments(&[whole, torn], NEXT),
+            Some(vec![Fragment::Unended, Fragment::Torn])
         );
+        // A torn start, then a line split across frames: only the start
+        // goes.
+        let line = br#"{"type":"x-note","seq":5,"time":1,"data":{}}"#;
+        let (a, b) = line.split_at(20);
+        assert_eq!(stray_fragments(&[torn, a], b), Some(vec![Fragment::Torn]));
     }
 
     #[test]
@@ -87,10 +129,10 @@ mod tests {
         let line = br#"{"type":"x-note","seq":5,"time":1,"data":{"a":{"b":1}},"ignorable":true}"#;
         for cut in 1..line.len() {
             let (start, rest) = line.split_at(cut);
-            assert_eq!(stray_fragment(start, rest), None, "cut at {cut}");
+            assert_eq!(stray_fragments(&[start], rest), None, "cut at {cut}");
         }
         // Neither reading a record: left to the invalid-line finding.
-        assert_eq!(stray_fragment(b"{\"a\":", b"not json"), None);
-        assert_eq!(stray_fragment(b"", NEXT), None);
+        assert_eq!(stray_fragments(&[b"{\"a\":"], b"not json"), None);
+        assert_eq!(stray_fragments(&[b""], NEXT), None);
     }
 }

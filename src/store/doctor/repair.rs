@@ -541,7 +541,7 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
 /// folder. Returns what was done.
 fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     use super::super::frame::FrameKind;
-    use super::fragment::{stray_fragment, Fragment};
+    use super::fragment::{stray_fragments, Fragment};
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let locked = repair_lock(path, &file)?;
     let bytes = fs::read(path)?;
@@ -549,6 +549,8 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     // The decoded bytes of the frames joined so far, not yet ending a line,
     // and whether they begin with the header frame's.
     let mut open_line: Vec<u8> = Vec::new();
+    // Where in `open_line` each frame after the run's first begins.
+    let mut piece_starts: Vec<usize> = Vec::new();
     let (mut header_run, mut header_joined) = (false, false);
     let (mut data_frames, mut joined, mut run_frames) = (0usize, 0usize, 0usize);
     // Frames of stray fragments, their torn bytes cut, the records ended.
@@ -567,35 +569,52 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         }
         data_frames += 1;
         let plain = decoded(&bytes, &f)?;
-        // A line this frame does not continue (it begins a record of its
-        // own, `fragment`): the run ends before it, its fragment cut or
-        // ended with a newline, as the scan said.
+        // Pieces of a line this frame does not continue (it begins a
+        // record of its own): they end the run, each cut or ended with a
+        // newline, as the scan said (`stray_fragments`).
         let start = open_line
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
         let is_header_line = header_run && start == 0;
+        let mut bounds = vec![start];
+        bounds.extend(piece_starts.iter().copied().filter(|&b| b > start));
+        bounds.push(open_line.len());
         let stray = memchr::memchr(b'\n', &plain)
             .filter(|_| !open_line.is_empty() && !is_header_line)
-            .and_then(|i| stray_fragment(&open_line[start..], &plain[..i]));
-        if let Some(fragment) = stray {
-            match fragment {
-                Fragment::Torn => {
-                    torn_bytes += open_line.len() - start;
-                    open_line.truncate(start);
-                }
-                Fragment::Unended => {
-                    open_line.push(b'\n');
-                    unended += 1;
+            .and_then(|i| {
+                let pieces: Vec<&[u8]> =
+                    bounds.windows(2).map(|w| &open_line[w[0]..w[1]]).collect();
+                stray_fragments(&pieces, &plain[..i])
+            });
+        if let Some(strays) = stray {
+            let mut emit = open_line[..start].to_vec();
+            for (i, fragment) in strays.iter().enumerate() {
+                let piece = &open_line[bounds[i]..bounds[i + 1]];
+                match fragment {
+                    Fragment::Torn => torn_bytes += piece.len(),
+                    Fragment::Unended => {
+                        emit.extend_from_slice(piece);
+                        emit.push(b'\n');
+                        unended += 1;
+                    }
                 }
             }
-            if !open_line.is_empty() {
-                out.extend(joined_frames(&open_line, header_run)?);
+            if !emit.is_empty() {
+                out.extend(joined_frames(&emit, header_run)?);
             }
-            open_line.clear();
+            let kept_from = bounds[strays.len()];
+            open_line.drain(..kept_from);
+            // The kept pieces after the first of them start where they did.
+            piece_starts = bounds
+                .get(strays.len() + 1..bounds.len() - 1)
+                .unwrap_or_default()
+                .iter()
+                .map(|b| b - kept_from)
+                .collect();
             header_run = false;
-            stray_frames += run_frames;
-            run_frames = 0;
+            stray_frames += strays.len();
+            run_frames = bounds.len() - 1 - strays.len();
         }
         if open_line.is_empty() && (plain.is_empty() || plain.ends_with(b"\n")) {
             out.extend_from_slice(raw);
@@ -603,11 +622,15 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         }
         header_run |= data_frames == 1;
         header_joined |= header_run;
+        if !open_line.is_empty() {
+            piece_starts.push(open_line.len());
+        }
         open_line.extend_from_slice(&plain);
         run_frames += 1;
         if open_line.ends_with(b"\n") {
             out.extend(joined_frames(&open_line, header_run)?);
             open_line.clear();
+            piece_starts.clear();
             header_run = false;
             joined += run_frames;
             run_frames = 0;

@@ -19,7 +19,7 @@ use super::super::header::Header;
 use super::super::limits::MAX_LINE_BYTES;
 use super::content::{ContentCheck, SeqSplit};
 use super::finding::{Finding, Kind, Remedy};
-use super::fragment::{self, stray_fragment, Fragment};
+use super::fragment::{self, stray_fragments, Fragment};
 
 /// What the scan of one transcript found.
 #[derive(Debug, Clone, Default)]
@@ -71,6 +71,9 @@ struct Lines {
     start: u64,
     /// Whether the unfinished line grew past the cap (its bytes dropped).
     too_long: bool,
+    /// Where in `pending` each frame after the one the line began in
+    /// starts (the pieces [`stray_fragments`] judges).
+    piece_starts: Vec<usize>,
 }
 
 impl Lines {
@@ -80,24 +83,64 @@ impl Lines {
             pending_len: 0,
             start: 0,
             too_long: false,
+            piece_starts: Vec::new(),
         }
     }
 
-    /// The unfinished line's bytes, when some are held whole and the line
-    /// is not the header's (it starts after the first byte).
-    fn unfinished(&self) -> Option<&[u8]> {
-        (self.pending_len > 0 && !self.too_long && self.start > 0).then_some(&self.pending[..])
+    /// A frame's bytes come next: they start a new piece of the unfinished
+    /// line, if there is one.
+    fn frame_begins(&mut self) {
+        if self.pending_len > 0 && !self.too_long {
+            self.piece_starts.push(self.pending.len());
+        }
     }
 
-    /// Ends the unfinished line as [`stray_fragment`] judged it: a torn
-    /// start is skipped, an unended record checked as a line of its own.
-    fn end_fragment(&mut self, fragment: Fragment, check: &mut ContentCheck) {
-        if fragment == Fragment::Unended {
-            check.line(&self.pending, self.start);
+    /// The unfinished line's bytes by the frames that gave them, when
+    /// some are held whole and the line is not the header's (it starts
+    /// after the first byte).
+    fn unfinished_pieces(&self) -> Option<Vec<&[u8]>> {
+        if self.pending_len == 0 || self.too_long || self.start == 0 {
+            return None;
         }
-        self.start += self.pending_len;
-        self.pending.clear();
-        self.pending_len = 0;
+        let mut bounds = vec![0];
+        bounds.extend(self.piece_starts.iter().copied());
+        bounds.push(self.pending.len());
+        Some(
+            bounds
+                .windows(2)
+                .map(|w| &self.pending[w[0]..w[1]])
+                .collect(),
+        )
+    }
+
+    /// Ends the first `strays.len()` pieces of the unfinished line as
+    /// [`stray_fragments`] judged them: a torn start is skipped, an
+    /// unended record checked as a line of its own; the pieces after them
+    /// stay the line's start.
+    fn end_fragments(&mut self, strays: &[Fragment], check: &mut ContentCheck) {
+        let mut bounds = vec![0];
+        bounds.extend(self.piece_starts.iter().copied());
+        bounds.push(self.pending.len());
+        for (i, fragment) in strays.iter().enumerate() {
+            if *fragment == Fragment::Unended {
+                check.line(
+                    &self.pending[bounds[i]..bounds[i + 1]],
+                    self.start + bounds[i] as u64,
+                );
+            }
+        }
+        let kept_from = bounds[strays.len()];
+        self.pending.drain(..kept_from);
+        self.start += kept_from as u64;
+        self.pending_len -= kept_from as u64;
+        // The kept pieces after the first of them start where they did.
+        self.piece_starts = self
+            .piece_starts
+            .get(strays.len()..)
+            .unwrap_or_default()
+            .iter()
+            .map(|b| b - kept_from)
+            .collect();
     }
 
     fn feed(&mut self, mut bytes: &[u8], check: &mut ContentCheck) {
@@ -123,6 +166,7 @@ impl Lines {
             self.pending.clear();
             self.pending_len = 0;
             self.too_long = false;
+            self.piece_starts.clear();
             self.start = at + total;
             bytes = &bytes[i + 1..];
         }
@@ -131,6 +175,7 @@ impl Lines {
             if self.pending.len() + bytes.len() > MAX_LINE_BYTES {
                 self.too_long = true;
                 self.pending = Vec::new();
+                self.piece_starts.clear();
             } else {
                 self.pending.extend_from_slice(bytes);
             }
@@ -425,6 +470,7 @@ fn scan_frames(
                             // Large frames are fed as they come.
                             if !fed_in_pieces {
                                 check.frame_begins(plain);
+                                lines.frame_begins();
                             }
                             fed_in_pieces = true;
                             frame_starts.push((plain, info.offset));
@@ -465,28 +511,39 @@ fn scan_frames(
                 .filter(|_| !fed_in_pieces)
                 .map(|i| &decoded[..i]);
             let stray = lines
-                .unfinished()
+                .unfinished_pieces()
                 .zip(first_line)
-                .and_then(|(start, next)| stray_fragment(start, next));
-            if let Some(fragment) = stray {
+                .and_then(|(pieces, next)| {
+                    let strays = stray_fragments(&pieces, next)?;
+                    let torn: u64 = strays
+                        .iter()
+                        .zip(&pieces)
+                        .filter(|(f, _)| **f == Fragment::Torn)
+                        .map(|(_, p)| p.len() as u64)
+                        .sum();
+                    Some((strays, torn))
+                });
+            if let Some((strays, torn)) = stray {
                 // The frames since the one the line starts in each said
-                // they end inside a line: they hold this fragment.
+                // they end inside a line: they hold these fragments.
                 let run = frame_starts
                     .iter()
                     .take_while(|(p, _)| *p <= lines.start)
                     .last()
                     .map_or(0, |(_, f)| *f);
+                let unended = strays.iter().filter(|f| **f == Fragment::Unended).count();
                 for f in frame_findings
                     .iter_mut()
                     .filter(|f| f.kind == Kind::SplitLine && f.offset >= Some(run))
                 {
-                    f.detail = fragment::describe(fragment, lines.pending_len);
+                    f.detail = fragment::describe(torn, unended);
                     f.reference = fragment::REFERENCE.into();
                 }
-                lines.end_fragment(fragment, check);
+                lines.end_fragments(&strays, check);
             }
             if !fed_in_pieces {
                 check.frame_begins(plain);
+                lines.frame_begins();
             }
             frame_starts.push((plain, info.offset));
             lines.feed(&decoded, check);
