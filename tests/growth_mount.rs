@@ -10,6 +10,7 @@
 //! * a torn last frame on disk is invisible through the mount (size and
 //!   content, fresh and open descriptors) until its remaining bytes are
 //!   appended, and then shows within 3 s;
+//! * a rewrite in place with its mtime put back is read as it is now;
 //! * a byte flipped in a frame the mount already read makes reads of the
 //!   view fail with EIO within 3 s, and `session.md` stop at the damage;
 //! * the daemon logs no panic, is still running at the end, and exits
@@ -658,6 +659,46 @@ fn a_frame_damaged_in_place_after_it_was_read_fails_reads() {
         fs::read_to_string(&md)
             .ok()
             .filter(|s| s.contains("**Rendering stopped**"))
+    });
+    fx.finish();
+}
+
+/// A transcript rewritten in place to the same decoded length with its
+/// mtime put back (`touch -d`): the size and mtime the mount reports do not
+/// change, so the kernel's own check keeps its cached pages; the mount
+/// drops them when it rebuilds the view, and within the attribute timeout
+/// a plain read returns the bytes on disk (helper 30: `cat` served the old
+/// bytes for good, `dd iflag=direct` the new ones).
+#[test]
+fn a_rewrite_with_its_mtime_put_back_is_read_as_it_is_now() {
+    let fx = Fixture::new();
+    let backing = fx.backing();
+    let view = fx.view();
+    let old = fs::read(&view).unwrap();
+    assert_eq!(old, zstd_dc(&backing));
+    let mtime = fs::metadata(&backing).unwrap().modified().unwrap();
+    // One letter of the last line changed: the same decoded length.
+    let mut new = old.clone();
+    let at = new[..new.len() - 1]
+        .iter()
+        .rposition(|b| b.is_ascii_lowercase())
+        .unwrap();
+    new[at] = if new[at] == b'a' { b'b' } else { b'a' };
+    let header_end = new.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let mut bytes = encode_frame(&new[..header_end]).unwrap();
+    bytes.extend(encode_frame(&new[header_end..]).unwrap());
+    thread::sleep(Duration::from_millis(50));
+    let f = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&backing)
+        .unwrap();
+    (&f).write_all(&bytes).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(zstd_dc(&backing), new);
+    wait_for(SHOW_WITHIN, "a plain read to show the rewrite", || {
+        (fs::read(&view).unwrap() == new).then_some(())
     });
     fx.finish();
 }

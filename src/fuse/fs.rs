@@ -59,6 +59,10 @@ pub enum Invalidation {
     /// A directory's attributes and cached listing (after a listing pass
     /// the kernel must not keep).
     Listing(u64),
+    /// A file's attributes and cached pages (a transcript rewritten in
+    /// place under the same size and mtime, which the kernel's own check
+    /// of those does not see).
+    Pages(u64),
 }
 
 /// A released writer whose dropped buffers hold at least this many bytes
@@ -972,6 +976,9 @@ impl SessionFs {
                     other => other?,
                 };
                 let view = t.refresh()?;
+                if t.take_new_view() {
+                    self.send_invalidation(Invalidation::Pages(ino));
+                }
                 let mut a = attr_of(ino, &view.meta);
                 a.size = view.plain_len + self.pending_len_of(ino);
                 Ok(a)

@@ -379,10 +379,13 @@ pub fn run_mount(
     spawn_named("sessionfs-notify", move || {
         for what in invalidated {
             // Offset -1: attributes only; 0 with length 0: the cached
-            // pages too, which hold a directory's cached listing.
+            // pages too, which hold a directory's cached listing or a
+            // file's bytes.
             let _ = match what {
                 Invalidation::Attrs(ino) => notifier.inval_inode(fuser::INodeNo(ino), -1, 0),
-                Invalidation::Listing(ino) => notifier.inval_inode(fuser::INodeNo(ino), 0, 0),
+                Invalidation::Listing(ino) | Invalidation::Pages(ino) => {
+                    notifier.inval_inode(fuser::INodeNo(ino), 0, 0)
+                }
             };
         }
     })?;

@@ -157,6 +157,9 @@ pub struct Transcript {
     /// opened after that are told (see [`Transcript::known_damage`]), and
     /// writers refused ([`Transcript::bad_frame`]).
     bad_frame_at: std::sync::atomic::AtomicU64,
+    /// The view generation last handed to a caller of
+    /// [`Transcript::take_new_view`] (0: none yet).
+    told_generation: AtomicU64,
 }
 
 impl Transcript {
@@ -205,6 +208,7 @@ impl Transcript {
             last_read_end: AtomicU64::new(u64::MAX),
             large_frame: Mutex::new(None),
             bad_frame_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            told_generation: AtomicU64::new(0),
         })
     }
 
@@ -222,6 +226,16 @@ impl Transcript {
     /// The validated header.
     pub fn header(&self) -> Header {
         self.state.read().header.clone()
+    }
+
+    /// Whether the view was built (again) since the last call: true on
+    /// the first call, and after the file was replaced or rewritten in
+    /// place; never for growth alone. The mount drops the kernel's cached
+    /// pages of the file then: a rewrite under the same size and mtime
+    /// passes the kernel's own check.
+    pub fn take_new_view(&self) -> bool {
+        let generation = self.state.read().generation;
+        self.told_generation.swap(generation, Ordering::Relaxed) != generation
     }
 
     /// How many frames this transcript has decoded so far (a counter for
