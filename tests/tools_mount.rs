@@ -260,3 +260,27 @@ fn python_json_loads_every_line() {
     }
     mnt.stop();
 }
+
+/// `sessionfs doctor MOUNTPOINT` (an easy slip for `doctor ROOT`) is
+/// refused, naming the status file that names the root (helper 30: it
+/// reported the views' links as problems and `--repair` failed on
+/// EPERM), and changes nothing.
+#[test]
+fn doctor_of_a_mount_point_is_refused() {
+    let (_tmp, mnt, cases) = setup();
+    let before = std::fs::read(&cases[0].backing).unwrap();
+    for extra in [&[][..], &["--repair"][..]] {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("doctor")];
+        args.extend(extra.iter().map(OsStr::new));
+        args.push(mnt.path().as_os_str());
+        let out = run(env!("CARGO_BIN_EXE_sessionfs"), args, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("a sessionfs mount") && err.contains(".sessionfs-status"),
+            "{err}"
+        );
+    }
+    assert!(std::fs::read(&cases[0].backing).unwrap() == before);
+    mnt.stop();
+}

@@ -97,6 +97,15 @@ pub(super) fn run(args: DoctorArgs) -> u8 {
         eprintln!("sessionfs: doctor needs a ROOT or a TRANSCRIPT");
         return EXIT_USAGE;
     };
+    if std::fs::symlink_metadata(path.join(crate::fuse::status::STATUS_NAME)).is_ok() {
+        eprintln!(
+            "sessionfs: {}: a sessionfs mount, whose files are views of a store: give the store \
+             itself, the ROOT it was mounted from (`cat {}` names it)",
+            Shown(path),
+            Shown(&path.join(crate::fuse::status::STATUS_NAME))
+        );
+        return EXIT_USAGE;
+    }
     {
         use crate::store::check::{classify, CheckTarget};
         let wrong = match classify(path) {
