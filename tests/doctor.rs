@@ -2142,6 +2142,42 @@ fn a_stray_fragment_is_cut_or_ended_and_the_session_stays() {
     assert_quarantine_holds(&run, &root, &before);
 }
 
+/// Writes `bytes` as Session-A's transcript under `root` (in the
+/// project [`APP`]) and checks that the doctor reports its two histories
+/// for report only (`what` names the case) and that `--repair` leaves the
+/// file byte for byte and forks nothing. Returns the finding.
+fn assert_two_writers_left_in_place(tmp: &Path, root: &Path, bytes: &[u8], what: &str) -> Value {
+    let id = "Session-A";
+    let rel = format!("{APP}/{id}/session.jsonl.zstd");
+    let path = root.join(&rel);
+    fs::write(&path, bytes).unwrap();
+    let (_, report) = doctor_json(tmp, root, &[]);
+    let f = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["path"].as_str().unwrap().ends_with(&rel)
+                && matches!(
+                    f["kind"].as_str(),
+                    Some("interleaved_writers" | "seq_duplicate")
+                )
+        })
+        .unwrap_or_else(|| panic!("{what}: no two-writer finding: {report}"))
+        .clone();
+    assert_eq!(f["remedy"], "report", "{what}: {f}");
+    let (_, report) = doctor_json(tmp, root, &["--repair"]);
+    assert!(
+        fs::read(&path).unwrap() == bytes,
+        "{what}: the transcript changed: {report}"
+    );
+    assert!(
+        fork_dirs(&root.join(APP), id).is_empty(),
+        "{what}: a fork was made: {report}"
+    );
+    f
+}
+
 /// Two writers continuing from the same tail in turn, one event a frame
 /// (A's T, B's T, A's T+1, B's T+1, ...): from T+1 on each line's `seq`
 /// continues both histories, so a split would have to guess whose line is
@@ -2165,37 +2201,13 @@ fn interleaved_writers_that_cannot_be_told_apart_are_left_in_place() {
             other_writer(&original[k + 1 + i], t + i as u64)
         )));
     }
-    fs::write(&path, &bytes).unwrap();
-    let (_, report) = doctor_json(tmp.path(), &root, &[]);
-    let rel = format!("{APP}/{id}/session.jsonl.zstd");
-    let f = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| {
-            f["path"].as_str().unwrap().ends_with(&rel)
-                && matches!(
-                    f["kind"].as_str(),
-                    Some("interleaved_writers" | "seq_duplicate")
-                )
-        })
-        .unwrap_or_else(|| panic!("no two-writer finding: {report}"));
-    assert_eq!(f["remedy"], "report", "{f}");
+    let f = assert_two_writers_left_in_place(tmp.path(), &root, &bytes, "one event a frame");
     assert!(
         f["detail"]
             .as_str()
             .unwrap()
             .contains(&format!("from seq {} on", t + 1)),
         "{f}"
-    );
-    let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
-    assert!(
-        fs::read(&path).unwrap() == bytes,
-        "the transcript changed: {report}"
-    );
-    assert!(
-        fork_dirs(&root.join(APP), id).is_empty(),
-        "a fork was made: {report}"
     );
 }
 
@@ -2235,31 +2247,7 @@ fn histories_mixed_in_one_frame_or_by_a_third_writer_are_left_in_place() {
         for f in &frames {
             bytes.extend(frame(f));
         }
-        fs::write(&path, &bytes).unwrap();
-        let (_, report) = doctor_json(tmp.path(), &root, &[]);
-        let rel = format!("{APP}/{id}/session.jsonl.zstd");
-        let f = report["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| {
-                f["path"].as_str().unwrap().ends_with(&rel)
-                    && matches!(
-                        f["kind"].as_str(),
-                        Some("interleaved_writers" | "seq_duplicate")
-                    )
-            })
-            .unwrap_or_else(|| panic!("{what}: no two-writer finding: {report}"));
-        assert_eq!(f["remedy"], "report", "{what}: {f}");
-        let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
-        assert!(
-            fs::read(&path).unwrap() == bytes,
-            "{what}: the transcript changed: {report}"
-        );
-        assert!(
-            fork_dirs(&root.join(APP), id).is_empty(),
-            "{what}: a fork was made: {report}"
-        );
+        assert_two_writers_left_in_place(tmp.path(), &root, &bytes, what);
     }
 }
 
