@@ -233,44 +233,40 @@ impl Writer {
         if let Some(dropped) = p.overlong {
             return Err(self.rest_of_overlong(p, dropped, data));
         }
+        // The first line's length, its newline included (still to come
+        // when `data` holds none).
+        let first_newline = memchr::memchr(b'\n', data);
+        let first_line = p.partial.len() + first_newline.map_or(data.len() + 1, |i| i + 1);
+        if first_line > MAX_LINE_BYTES {
+            log::warn!(
+                "write to {}/session.jsonl refused: a line of {first_line} bytes or more, \
+                 longer than {MAX_LINE_BYTES}; split the record{}; the writes until its newline \
+                 fail too",
+                self.session_dir().display(),
+                dropped_start(p.partial.len())
+            );
+            // The line can never be taken: none of it is held, and the rest
+            // of it is refused as it comes. A write holding its newline is
+            // refused too: a writer whose `write(2)` the kernel cut into
+            // pieces sends it again (the short count ended before this
+            // piece), and that write ends the line.
+            let dropped = p.partial.len()
+                + if first_newline.is_none() {
+                    data.len()
+                } else {
+                    0
+                };
+            p.partial = Vec::new();
+            p.overlong = Some(dropped as u64);
+            return Err(FsError::LineTooLong);
+        }
         let Some(last_newline) = data.iter().rposition(|&b| b == b'\n') else {
             // No line ends here: the bytes wait on the handle, unchecked
             // until their line is complete (linear in the line's length).
-            // Its newline still to come counts.
-            if p.partial.len() + data.len() >= MAX_LINE_BYTES {
-                let dropped = p.partial.len() + data.len();
-                log::warn!(
-                    "write to {}/session.jsonl refused: a line longer than {MAX_LINE_BYTES} \
-                     bytes; split the record{}; the writes until its newline fail too",
-                    self.session_dir().display(),
-                    dropped_start(p.partial.len())
-                );
-                // The line can never be taken: none of it is held, and the
-                // rest of it is refused as it comes.
-                p.partial = Vec::new();
-                p.overlong = Some(dropped as u64);
-                return Err(FsError::LineTooLong);
-            }
             p.partial.extend_from_slice(data);
             return Ok(data.len() as u32);
         };
         let cut = last_newline + 1;
-        let first_line = p.partial.len() + memchr::memchr(b'\n', data).map_or(0, |i| i + 1);
-        if first_line > MAX_LINE_BYTES {
-            log::warn!(
-                "write to {}/session.jsonl refused: a line of {first_line} bytes, longer than \
-                 {MAX_LINE_BYTES}; split the record{}; the writes until its newline fail too",
-                self.session_dir().display(),
-                dropped_start(p.partial.len())
-            );
-            // Its newline is in this write, which is refused: a writer
-            // whose `write(2)` the kernel cut into pieces sends it again
-            // (the short count ended before this piece), and that write
-            // ends the line.
-            p.overlong = Some(p.partial.len() as u64);
-            p.partial = Vec::new();
-            return Err(FsError::LineTooLong);
-        }
         if data.len() - cut >= MAX_LINE_BYTES {
             return Err(FsError::LineTooLong);
         }

@@ -367,14 +367,14 @@ impl Transcript {
             None => *st = rebuilt(Persisted::Load)?,
             // Rewritten in place: shorter, the same length under another
             // mtime or ctime (a byte flipped, a copy of the same size put
-            // over it), or longer with other bytes before the old end (a
-            // longer copy). Decoded frames of the old view are dropped with
-            // its generation, and the file is walked again: the persisted
-            // index's check (its last frame) can pass for such a file.
+            // over it), or longer with other bytes before the old end or
+            // the last indexed frame no longer where it was (a longer
+            // copy, `cp backup FILE`). Decoded frames of the old view are
+            // dropped with its generation, and the file is walked again:
+            // the persisted index's check (its last frame) can pass for
+            // such a file.
             Some(Since::Rewritten) => *st = rebuilt(Persisted::Replace)?,
-            // Rewritten in place and grown (same inode, say `cp backup
-            // FILE`): the indexed prefix no longer describes the file.
-            Some(Since::Grown) if !prefix_intact(&st) => *st = rebuilt(Persisted::Load)?,
+            Some(Since::Grown) if !prefix_intact(&st) => *st = rebuilt(Persisted::Replace)?,
             Some(Since::Grown) => {
                 let file = Arc::clone(&st.file);
                 let new_meta = file

@@ -30,12 +30,33 @@ pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>
 ///
 /// Errors: opening or reading the file.
 pub fn readable_prefix(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<u8>, Option<u64>)> {
+    read_prefix(path, encoding).map(|(text, failed_at, _)| (text, failed_at))
+}
+
+/// [`readable_text`], and the decoded offsets (bytes) where its data
+/// frames start (`[0]` for a raw transcript: no frames, its lines count
+/// as one).
+///
+/// Errors: opening or reading the file.
+pub fn readable_frames(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<u8>, Vec<u64>)> {
+    read_prefix(path, encoding).map(|(text, _, starts)| (text, starts))
+}
+
+/// The readable prefix's text, the offset of the first frame that fails
+/// (see [`readable_prefix`]) and the decoded offsets of its frames' starts
+/// (see [`readable_frames`]).
+fn read_prefix(
+    path: &Path,
+    encoding: Encoding,
+) -> std::io::Result<(Vec<u8>, Option<u64>, Vec<u64>)> {
     let mut failed_at = None;
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let mut out = Vec::new();
+    let mut starts = Vec::new();
     match encoding {
         Encoding::Raw => {
+            starts.push(0);
             (&file).take(len).read_to_end(&mut out)?;
         }
         Encoding::Zstd => {
@@ -48,6 +69,7 @@ pub fn readable_prefix(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<
                 let mut one = Vec::new();
                 match decode::open(&file, info).map(|mut r| r.read_to_end(&mut one)) {
                     Ok(Ok(_)) => {
+                        starts.push(out.len() as u64);
                         out.extend_from_slice(&one);
                         true
                     }
@@ -76,7 +98,7 @@ pub fn readable_prefix(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<
     }
     let complete = out.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     out.truncate(complete);
-    Ok((out, failed_at))
+    Ok((out, failed_at, starts))
 }
 
 /// The lines of `text` (each without its `\n`).

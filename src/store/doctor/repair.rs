@@ -20,7 +20,7 @@ use super::super::transcript::Encoding;
 use super::content::{assign, Fit, Side};
 use super::finding::{Kind, Remedy};
 use super::fork::{fork_id, fork_lines};
-use super::history::{copy_history, lines, readable_prefix, readable_text};
+use super::history::{copy_history, lines, readable_frames, readable_prefix, readable_text};
 use super::restore::{Entry, Manifest};
 use super::Scan;
 
@@ -961,7 +961,7 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
         .ok_or_else(|| std::io::Error::other("no header"))?;
     let fh = OpenOptions::new().read(true).write(true).open(&file.path)?;
     let _locked = repair_lock(&file.path, &fh)?;
-    let text = readable_text(&file.path, enc)?;
+    let (text, starts) = readable_frames(&file.path, enc)?;
     let cut = split.plain_offset as usize;
     if cut > text.len() {
         return Err(std::io::Error::other("the file changed since the scan"));
@@ -969,7 +969,6 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
     // Partition the lines after the cut into the two histories, as the
     // scan did (`assign`: lines of one frame are one writer's).
     let all = lines(&text);
-    let starts = plain_frame_starts(&std::fs::read(&file.path)?, enc)?;
     let frame_of = |at: usize| starts.partition_point(|&s| s <= at as u64);
     let mut next_main: u64 = 0;
     let mut offset = 0usize;
@@ -1082,24 +1081,6 @@ fn frame_holding(bytes: &[u8], enc: Encoding, plain_at: usize) -> std::io::Resul
     Err(std::io::Error::other(
         "the file changed since the scan: it ends before the cut",
     ))
-}
-
-/// The decoded offsets (bytes) where the data frames of `bytes` start,
-/// which must be complete frames only; `[0]` for a raw transcript (no
-/// frames: its lines count as one).
-fn plain_frame_starts(bytes: &[u8], enc: Encoding) -> std::io::Result<Vec<u64>> {
-    if enc == Encoding::Raw {
-        return Ok(vec![0]);
-    }
-    let mut starts = Vec::new();
-    let mut plain = 0u64;
-    for f in complete_frames(bytes)? {
-        if matches!(f.kind, super::super::frame::FrameKind::Data { .. }) {
-            starts.push(plain);
-            plain += decoded(bytes, &f)?.len() as u64;
-        }
-    }
-    Ok(starts)
 }
 
 /// A private temporary file holding `bytes` (removed on drop).

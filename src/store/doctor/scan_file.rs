@@ -95,6 +95,14 @@ impl Lines {
         }
     }
 
+    /// Where in `pending` each piece starts, then where the last one ends.
+    fn piece_bounds(&self) -> Vec<usize> {
+        let mut bounds = vec![0];
+        bounds.extend(self.piece_starts.iter().copied());
+        bounds.push(self.pending.len());
+        bounds
+    }
+
     /// The unfinished line's bytes by the frames that gave them, when
     /// some are held whole and the line is not the header's (it starts
     /// after the first byte).
@@ -102,9 +110,7 @@ impl Lines {
         if self.pending_len == 0 || self.too_long || self.start == 0 {
             return None;
         }
-        let mut bounds = vec![0];
-        bounds.extend(self.piece_starts.iter().copied());
-        bounds.push(self.pending.len());
+        let bounds = self.piece_bounds();
         Some(
             bounds
                 .windows(2)
@@ -118,9 +124,7 @@ impl Lines {
     /// unended record checked as a line of its own; the pieces after them
     /// stay the line's start.
     fn end_fragments(&mut self, strays: &[Fragment], check: &mut ContentCheck) {
-        let mut bounds = vec![0];
-        bounds.extend(self.piece_starts.iter().copied());
-        bounds.push(self.pending.len());
+        let bounds = self.piece_bounds();
         for (i, fragment) in strays.iter().enumerate() {
             if *fragment == Fragment::Unended {
                 check.line(
