@@ -2178,6 +2178,21 @@ fn assert_two_writers_left_in_place(tmp: &Path, root: &Path, bytes: &[u8], what:
     f
 }
 
+/// A copy of the `unpacked` case for the two-writer tests: the temporary
+/// directory, the root, Session-A's lines, the index `k` of the line a
+/// first writer's history ends at, the `seq` after it, and the frames of
+/// the header and of lines 1..=k.
+fn two_writer_case() -> (tempfile::TempDir, PathBuf, Vec<String>, usize, u64, Vec<u8>) {
+    let (tmp, root) = case_copy("unpacked");
+    let path = root.join(APP).join("Session-A").join("session.jsonl.zstd");
+    let original = lines_of(&path);
+    let k = (original.len() - 1) / 2;
+    let t = next_seq(&original[..=k]);
+    let mut head = frame(&joined(&original[..1]));
+    head.extend(frame(&joined(&original[1..=k])));
+    (tmp, root, original, k, t, head)
+}
+
 /// Two writers continuing from the same tail in turn, one event a frame
 /// (A's T, B's T, A's T+1, B's T+1, ...): from T+1 on each line's `seq`
 /// continues both histories, so a split would have to guess whose line is
@@ -2186,14 +2201,8 @@ fn assert_two_writers_left_in_place(tmp: &Path, root: &Path, bytes: &[u8], what:
 /// forks nothing.
 #[test]
 fn interleaved_writers_that_cannot_be_told_apart_are_left_in_place() {
-    let (tmp, root) = case_copy("unpacked");
-    let id = "Session-A";
-    let path = root.join(APP).join(id).join("session.jsonl.zstd");
-    let original = lines_of(&path);
-    let k = (original.len() - 1) / 2;
-    let t = next_seq(&original[..=k]);
-    let mut bytes = frame(&joined(&original[..1]));
-    bytes.extend(frame(&joined(&original[1..=k])));
+    let (tmp, root, original, k, t, head) = two_writer_case();
+    let mut bytes = head;
     for i in 0..3 {
         bytes.extend(frame(&format!("{}\n", original[k + 1 + i])));
         bytes.extend(frame(&format!(
@@ -2218,12 +2227,7 @@ fn interleaved_writers_that_cannot_be_told_apart_are_left_in_place() {
 /// hiding the gap). Each is reported only and left byte for byte.
 #[test]
 fn histories_mixed_in_one_frame_or_by_a_third_writer_are_left_in_place() {
-    let (tmp, root) = case_copy("unpacked");
-    let id = "Session-A";
-    let path = root.join(APP).join(id).join("session.jsonl.zstd");
-    let original = lines_of(&path);
-    let k = (original.len() - 1) / 2;
-    let t = next_seq(&original[..=k]);
+    let (tmp, root, original, k, t, head) = two_writer_case();
     let a = |i: usize| format!("{}\n", original[k + 1 + i]);
     let b = |i: usize| format!("{}\n", other_writer(&original[k + 1 + i], t + i as u64));
     let c = format!("{}\n", other_writer(&original[k + 1], t));
@@ -2242,8 +2246,7 @@ fn histories_mixed_in_one_frame_or_by_a_third_writer_are_left_in_place() {
         ),
     ];
     for (what, frames) in cases {
-        let mut bytes = frame(&joined(&original[..1]));
-        bytes.extend(frame(&joined(&original[1..=k])));
+        let mut bytes = head.clone();
         for f in &frames {
             bytes.extend(frame(f));
         }
