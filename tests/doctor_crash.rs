@@ -157,10 +157,13 @@ fn state(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// `sessionfs doctor --repair ROOT` with its state under `state_dir` and
+/// its temporary directory (`TMPDIR`) the `tmp` beside it.
 fn doctor(root: &Path, state_dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sessionfs"));
     c.args(["doctor".as_ref(), "--repair".as_ref(), root.as_os_str()])
         .env("XDG_STATE_HOME", state_dir)
+        .env("TMPDIR", state_dir.with_file_name("tmp"))
         // A short lease: the rerun takes over the lock file a killed
         // repair left within a second, not 20 s.
         .env("SESSIONFS_LEASE_MS", "300")
@@ -178,6 +181,7 @@ fn kill_9_during_repairs() {
     let work = tempfile::tempdir().unwrap();
     let tpl = work.path().join("template");
     template(&tpl);
+    fs::create_dir(work.path().join("tmp")).unwrap();
     let before = state(&tpl);
     // The root after an uninterrupted repair, and how long that takes.
     let full = work.path().join("full");
@@ -269,6 +273,15 @@ fn kill_9_during_repairs() {
         fs::remove_dir_all(&root).unwrap();
     }
     eprintln!("{killed_mid} of {runs} runs were killed between before and after");
+    // A killed repair leaves nothing outside the root and its state either.
+    let left: Vec<_> = fs::read_dir(work.path().join("tmp"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "killed repairs left temporary files: {left:?}"
+    );
     // The line scripts/torture.sh reads (every run passed the checks above).
     println!(
         "torture-summary: kills={runs} killed_mid_repair={killed_mid} | \

@@ -23,6 +23,15 @@ pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>
     readable_prefix(path, encoding).map(|(text, _)| text)
 }
 
+/// [`readable_text`] of the file's first `len` bytes alone (all of it when
+/// it is shorter): what the file would read as if it ended there, with no
+/// copy of those bytes written anywhere.
+///
+/// Errors: opening or reading the file.
+pub fn readable_text_before(path: &Path, encoding: Encoding, len: u64) -> std::io::Result<Vec<u8>> {
+    read_prefix(path, encoding, Some(len)).map(|(text, _, _)| text)
+}
+
 /// [`readable_text`], and the offset (bytes) of the first complete frame
 /// that fails to decode (damage, or a window larger than sessionfs
 /// decodes), `None` when every complete frame decodes: the text then holds
@@ -30,7 +39,7 @@ pub fn readable_text(path: &Path, encoding: Encoding) -> std::io::Result<Vec<u8>
 ///
 /// Errors: opening or reading the file.
 pub fn readable_prefix(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<u8>, Option<u64>)> {
-    read_prefix(path, encoding).map(|(text, failed_at, _)| (text, failed_at))
+    read_prefix(path, encoding, None).map(|(text, failed_at, _)| (text, failed_at))
 }
 
 /// [`readable_text`], and the decoded offsets (bytes) where its data
@@ -39,19 +48,20 @@ pub fn readable_prefix(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<
 ///
 /// Errors: opening or reading the file.
 pub fn readable_frames(path: &Path, encoding: Encoding) -> std::io::Result<(Vec<u8>, Vec<u64>)> {
-    read_prefix(path, encoding).map(|(text, _, starts)| (text, starts))
+    read_prefix(path, encoding, None).map(|(text, _, starts)| (text, starts))
 }
 
 /// The readable prefix's text, the offset of the first frame that fails
 /// (see [`readable_prefix`]) and the decoded offsets of its frames' starts
-/// (see [`readable_frames`]).
+/// (see [`readable_frames`]), of the file's first `limit` bytes when given.
 fn read_prefix(
     path: &Path,
     encoding: Encoding,
+    limit: Option<u64>,
 ) -> std::io::Result<(Vec<u8>, Option<u64>, Vec<u64>)> {
     let mut failed_at = None;
     let file = File::open(path)?;
-    let len = file.metadata()?.len();
+    let len = file.metadata()?.len().min(limit.unwrap_or(u64::MAX));
     let mut out = Vec::new();
     let mut starts = Vec::new();
     match encoding {

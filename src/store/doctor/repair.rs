@@ -20,7 +20,9 @@ use super::super::transcript::Encoding;
 use super::content::{assign, Fit, Side};
 use super::finding::{Kind, Remedy};
 use super::fork::{fork_id, fork_lines};
-use super::history::{copy_history, lines, readable_frames, readable_prefix, readable_text};
+use super::history::{
+    copy_history, lines, readable_frames, readable_prefix, readable_text, readable_text_before,
+};
 use super::restore::{Entry, Manifest};
 use super::Scan;
 
@@ -429,8 +431,8 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
     let kept = if raw {
         Vec::new()
     } else {
-        let tmp = tempfile_like(&bytes[..at_us])?;
-        let prefix = readable_text(&tmp.0, enc)?;
+        // The file is locked: its first `at` bytes are those of `bytes`.
+        let prefix = readable_text_before(path, enc, at)?;
         match super::super::lines::next_seq_of_transcript(&prefix) {
             Ok(next) => salvage(&bytes[at_us..], next),
             Err(_) => Vec::new(),
@@ -1081,23 +1083,4 @@ fn frame_holding(bytes: &[u8], enc: Encoding, plain_at: usize) -> std::io::Resul
     Err(std::io::Error::other(
         "the file changed since the scan: it ends before the cut",
     ))
-}
-
-/// A private temporary file holding `bytes` (removed on drop).
-struct TempPath(PathBuf);
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-fn tempfile_like(bytes: &[u8]) -> std::io::Result<TempPath> {
-    let p = std::env::temp_dir().join(format!(
-        "sessionfs-doctor-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    fs::write(&p, bytes)?;
-    Ok(TempPath(p))
 }
