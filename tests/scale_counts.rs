@@ -206,3 +206,52 @@ fn a_new_pass_over_by_id_reuses_the_listing_of_the_same_generation() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A `write(2)` of a line to a committed transcript looks the transcript up
+/// (and asks the server for its length) once: its length and the `seq` its
+/// lines continue come from that one look. It looked twice (once for the
+/// length, once for the tail), each a round trip or more on a network
+/// root.
+#[test]
+fn a_write_looks_its_transcript_up_once() {
+    let root = root_with(12);
+    let store = Arc::new(
+        Store::open(
+            root.path(),
+            StoreOptions {
+                catalog_ttl: Duration::from_secs(3600),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let fs = SessionFs::new(Arc::clone(&store), Duration::from_secs(3600));
+    let p = fs.lookup(ROOT_INO, OsStr::new(PROJECT)).unwrap();
+    let s = fs.lookup(p.ino, OsStr::new(SESSION)).unwrap();
+    let view = fs.lookup(s.ino, OsStr::new("session.jsonl")).unwrap();
+    let (fh, _) = fs.open(view.ino, libc::O_WRONLY | libc::O_APPEND).unwrap();
+    // One warm lookup of the transcript, as the store counts it.
+    let before = backing_calls();
+    store
+        .transcript(OsStr::new(PROJECT), OsStr::new(SESSION))
+        .unwrap();
+    let one_lookup = backing_calls() - before;
+    assert!(one_lookup > 0, "the counter counts a lookup");
+    for seq in 1..4 {
+        let before = backing_calls();
+        fs.write(fh, 0, note(seq).as_bytes(), true).unwrap();
+        let write = backing_calls() - before;
+        assert_eq!(write, one_lookup, "write of seq {seq}: one lookup's calls");
+        fs.fsync(fh).unwrap();
+    }
+    fs.release(fh).unwrap();
+    assert_eq!(
+        store
+            .transcript(OsStr::new(PROJECT), OsStr::new(SESSION))
+            .unwrap()
+            .next_seq()
+            .unwrap(),
+        4,
+        "the three lines landed"
+    );
+}

@@ -14,7 +14,8 @@ use super::inode::Node;
 use super::writer::{Committed, Writer};
 use crate::store::naming::{check_creatable_id, decode_id, is_project_dir_name};
 use crate::store::{
-    is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp, StoreError, VIEW_NAME,
+    is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp, StoreError, Transcript,
+    VIEW_NAME,
 };
 
 /// Who asks for a new file or directory: passed-through entries belong to
@@ -195,13 +196,15 @@ impl SessionFs {
                 // committed first, so that this handle's lines are checked
                 // against them and land after them.
                 self.commit_others_of(&w);
-                let committed_len = self.committed_len(&w)?;
+                // Looked up (and refreshed from the server) once for the
+                // whole request: its length and its tail's `seq`.
+                let tail = self.committed_tail(&w)?;
                 let n = w.write(
                     &self.store,
                     offset,
                     data,
                     append,
-                    committed_len,
+                    tail.as_deref(),
                     self.batch_window,
                 )?;
                 if self.batch_window.is_zero() {
@@ -236,12 +239,15 @@ impl SessionFs {
         }
     }
 
-    fn committed_len(&self, w: &Writer) -> FsResult<u64> {
+    /// The committed transcript `w` appends to, refreshed from the server
+    /// ([`crate::store::Store::transcript`]); `None` while it does not exist
+    /// (a new session before its first commit).
+    fn committed_tail(&self, w: &Writer) -> FsResult<Option<Arc<Transcript>>> {
         let dir = w.session_dir();
         let (project, session) = split_session_dir(&dir);
         match self.store.transcript(project, session) {
-            Ok(t) => Ok(t.refresh()?.plain_len),
-            Err(StoreError::NotFound { .. }) => Ok(0),
+            Ok(t) => Ok(Some(t)),
+            Err(StoreError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

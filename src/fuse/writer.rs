@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::store::session_writer::{drops_batch, Commit, SessionWriter};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, Transcript};
 
 use super::budget::PendingBudget;
 use super::error::{FsError, FsResult};
@@ -177,13 +177,14 @@ impl Writer {
         offset: u64,
         data: &[u8],
         append: bool,
-        committed_len: u64,
+        tail: Option<&Transcript>,
         batch_window: Duration,
     ) -> FsResult<u32> {
         let mut p = self.pending.lock();
         if let Some(e) = p.failed.take() {
             return Err(FsError::Earlier(e));
         }
+        let committed_len = tail.map_or(0, |t| t.cached_attr().plain_len);
         let end = committed_len + (p.session.pending().len() + p.partial.len()) as u64;
         if !(self.append_only || append) && offset != end {
             log::warn!(
@@ -209,7 +210,7 @@ impl Writer {
             return Err(FsError::PendingBudget);
         }
         p.charged = wanted;
-        let r = self.take(store, &mut p, data, batch_window);
+        let r = self.take(store, &mut p, data, tail, batch_window);
         self.settle(&mut p);
         r
     }
@@ -228,6 +229,7 @@ impl Writer {
         store: &Store,
         p: &mut MutexGuard<'_, Pending>,
         data: &[u8],
+        tail: Option<&Transcript>,
         batch_window: Duration,
     ) -> FsResult<u32> {
         if let Some(dropped) = p.overlong {
@@ -272,7 +274,7 @@ impl Writer {
         }
         let mut complete = std::mem::take(&mut p.partial);
         complete.extend_from_slice(&data[..cut]);
-        if let Err(e) = p.session.accept(store, &complete) {
+        if let Err(e) = p.session.accept_after(store, &complete, tail) {
             let held = complete.len() - cut;
             // A refused line whose start came in earlier writes can never
             // be taken (the start claims its `seq`, or is not JSON): it is

@@ -28,6 +28,7 @@ use super::append::{append_with_options, AppendOutcome, CommitOptions, TailHint}
 use super::error::{Result, StoreError};
 use super::lines::SeqCursor;
 use super::publish::publish_session;
+use super::transcript::Transcript;
 use super::{Header, Store};
 
 /// Where the writer's session lives.
@@ -193,6 +194,22 @@ impl SessionWriter {
     /// [`StoreError::SeqConflict`] (EINVAL) for a line not continuing
     /// `seq`; the errors of [`Store::transcript`] when the tail is re-read.
     pub fn accept(&mut self, store: &Store, complete: &[u8]) -> Result<usize> {
+        self.accept_after(store, complete, None)
+    }
+
+    /// [`SessionWriter::accept`], with `tail` the transcript this writer
+    /// appends to as the caller looked it up and refreshed in this request
+    /// ([`Store::transcript`]): its tail is read from that view instead of
+    /// being looked up and refreshed again (each costs server round trips
+    /// on a network root). `None`: looked up here.
+    ///
+    /// Errors: as [`SessionWriter::accept`].
+    pub fn accept_after(
+        &mut self,
+        store: &Store,
+        complete: &[u8],
+        tail: Option<&Transcript>,
+    ) -> Result<usize> {
         let end = complete
             .iter()
             .rposition(|&b| b == b'\n')
@@ -203,8 +220,11 @@ impl SessionWriter {
         }
         if self.batch.is_empty() && self.published {
             if let Target::Dir { project, session } = &self.target {
-                let t = store.transcript(project, session)?;
-                self.cursor = SeqCursor::after(t.next_seq()?);
+                let next = match tail {
+                    Some(t) => t.next_seq_as_refreshed()?,
+                    None => store.transcript(project, session)?.next_seq()?,
+                };
+                self.cursor = SeqCursor::after(next);
             }
         }
         let mut cursor = self.cursor;

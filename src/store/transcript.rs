@@ -254,6 +254,16 @@ impl Transcript {
     /// [`StoreError::Io`].
     pub fn next_seq(&self) -> Result<u64> {
         self.refresh()?;
+        self.next_seq_as_refreshed()
+    }
+
+    /// [`Transcript::next_seq`] of the view as last refreshed, without
+    /// asking the server again: for a caller that refreshed it in the same
+    /// request (a FUSE write looks the transcript up once; the commit checks
+    /// `seq` again against the server's file under the lock).
+    ///
+    /// Errors: as [`Transcript::next_seq`], but for the refresh's.
+    pub fn next_seq_as_refreshed(&self) -> Result<u64> {
         let st = self.state.read();
         // The last line and where it is (its frame's offset, or its own in
         // a raw transcript), which an error about it names.
