@@ -1518,3 +1518,160 @@ fn a_writer_killed_mid_frame_is_taken_over_by_a_machine_whose_clock_is_30_s_ahea
     oracle_dir();
     crash_round("crash, clock +30 s", Some("+30s"));
 }
+
+// ---------------------------------------------------------------------------
+// Fairness: a network client's writer beside a fast local writer
+// ---------------------------------------------------------------------------
+
+/// A writer through a sessionfs over sshfs (machine B) and one through a
+/// sessionfs over the backing root itself (machine A, local: it commits in
+/// a fraction of B's round trips), both appending to one session in a
+/// tight loop (read the tail, write the next `seq`, fsync, close; a
+/// refused line retried with the fresh tail). B's lines were refused
+/// almost always (A took every `seq` first: 11 acknowledged against
+/// 3,641 in 10 s). Now a refused writer announces itself and the others
+/// wait for its turn (src/store/turn.rs): B alone commits 20 lines in some
+/// time T; beside A, its next 20 take less than 10 T (at least 3 s), and A
+/// commits 20 or more meanwhile. Every acknowledged line is in the
+/// transcript once, `seq` without gap. About 10 s.
+#[test]
+fn a_network_writer_beside_a_fast_local_writer_is_not_starved() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    fs::create_dir(&backing).unwrap();
+    let sshd = Sshd::start();
+    let client = sshd.sshfs(&backing, SSHFS_RECOMMENDED);
+    let ma = mount_a(&backing, &[]);
+    let mb = mount_b(client.path(), &[]);
+    let id = "fair-share";
+    let rel = session_rel(id, Some(APP_CWD));
+    let header = header_line(id, Some(APP_CWD), 1_767_600_000_000);
+    mkdir_session(ma.path(), &rel);
+    append_batch(&ma.join(&rel).join(VIEW), header.as_bytes()).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || fs::metadata(
+            mb.join(&rel).join(VIEW)
+        )
+        .is_ok()),
+        "machine B does not see the new session after 30 s"
+    );
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    /// One writer's loop until `stop`: its acknowledged lines (counted in
+    /// `acks` as they come) and how many were refused.
+    fn writer(
+        name: &'static str,
+        view: PathBuf,
+        stop: Arc<AtomicBool>,
+        acks: Arc<AtomicUsize>,
+    ) -> thread::JoinHandle<(Vec<String>, u64)> {
+        thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut refused = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let seq = next_seq_through(&view)
+                    .unwrap_or_else(|e| panic!("{name}: read the tail: {e}"));
+                let line = note(seq, name, acked.len() as u64);
+                match append_batch(&view, line.as_bytes()) {
+                    Ok(()) => {
+                        acked.push(line);
+                        acks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) if is_refusal(&e) => refused += 1,
+                    Err(e) => panic!("{name}: append: {e}"),
+                }
+            }
+            (acked, refused)
+        })
+    }
+    let context = || format!("mount A log:\n{}\nmount B log:\n{}", ma.log(), mb.log());
+    let deadline = || Instant::now() + Duration::from_secs(60);
+    let (local_view, remote_view) = (ma.join(&rel).join(VIEW), mb.join(&rel).join(VIEW));
+    // B alone.
+    let (stop, remote_acks) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let t = Instant::now();
+    let alone = writer(
+        "alone",
+        remote_view.clone(),
+        Arc::clone(&stop),
+        Arc::clone(&remote_acks),
+    );
+    let reached = wait_until(Duration::from_secs(60), || {
+        remote_acks.load(Ordering::Relaxed) >= 20
+    });
+    let alone_took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (alone_lines, _) = join_by(alone, deadline(), "the remote writer alone", context);
+    assert!(
+        reached,
+        "the writer on the network client alone: not 20 lines in 60 s"
+    );
+    // B beside A.
+    let limit = (alone_took * 10).max(Duration::from_secs(3));
+    let (stop, remote_acks) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let local_acks = Arc::new(AtomicUsize::new(0));
+    let t = Instant::now();
+    let local = writer(
+        "local",
+        local_view,
+        Arc::clone(&stop),
+        Arc::clone(&local_acks),
+    );
+    let remote = writer(
+        "remote",
+        remote_view,
+        Arc::clone(&stop),
+        Arc::clone(&remote_acks),
+    );
+    let reached = wait_until(limit + Duration::from_secs(5), || {
+        remote_acks.load(Ordering::Relaxed) >= 20
+    });
+    let beside_took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (local_lines, local_refused) = join_by(local, deadline(), "the local writer", context);
+    let (remote_lines, remote_refused) = join_by(remote, deadline(), "the remote writer", context);
+    ma.stop();
+    mb.stop();
+    drop(client);
+    drop(sshd);
+    eprintln!(
+        "the remote writer alone: 20 lines in {alone_took:?}; beside the local one: \
+         {} lines in {beside_took:?} ({remote_refused} refused), the local one {} \
+         ({local_refused} refused)",
+        remote_lines.len(),
+        local_lines.len()
+    );
+    assert!(
+        reached && beside_took < limit,
+        "the writer on the network client was starved: its 20 lines took {beside_took:?} \
+         beside the local writer (alone {alone_took:?}, limit {limit:?}; {remote_refused} \
+         refused), the local writer committed {}",
+        local_lines.len()
+    );
+    assert!(
+        local_lines.len() >= 20,
+        "the local writer was held back: {} lines",
+        local_lines.len()
+    );
+    let text = String::from_utf8(zstd_dc(&backing.join(&rel).join(ZSTD_NAME))).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(format!("{}\n", lines[0]), header);
+    let seqs: Vec<u64> = lines[1..].iter().map(|l| seq_of(l)).collect();
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "seq has a gap or a repeat"
+    );
+    let stored: HashSet<String> = lines[1..].iter().map(|l| format!("{l}\n")).collect();
+    let acked = alone_lines.len() + local_lines.len() + remote_lines.len();
+    assert_eq!(stored.len(), acked, "lines stored = acknowledged");
+    for l in alone_lines.iter().chain(&local_lines).chain(&remote_lines) {
+        assert!(stored.contains(l), "an acknowledged line is missing: {l}");
+    }
+}

@@ -99,6 +99,12 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
         for entry in fs::read_dir(dir).unwrap() {
             let entry = entry.unwrap();
             let path = entry.path();
+            // A writer refused for a `seq` another writer committed first
+            // announces its turn there (src/store/turn.rs): the commit
+            // protocol's state, not content.
+            if entry.file_name() == ".sessionfs.lock.wait" {
+                continue;
+            }
             let ft = entry.file_type().unwrap();
             let rel = path.strip_prefix(root).unwrap().to_path_buf();
             if ft.is_dir() {

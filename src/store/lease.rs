@@ -94,8 +94,8 @@ use super::fskind::CommitProtocol;
 /// Name of the lock file in a session directory.
 pub const LOCK_NAME: &str = ".sessionfs.lock";
 
-/// Name of the marker a waiting writer leaves for the holder (fairness
-/// only, see [`acquire`]).
+/// Name of the announcement a writer waiting for its turn leaves for the
+/// others (fairness only, see [`super::turn`]).
 pub const WAIT_NAME: &str = ".sessionfs.lock.wait";
 
 /// Version of the lock body format.
@@ -178,7 +178,7 @@ impl Default for LeaseConfig {
 }
 
 /// Who holds a lock: host, boot id and process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HolderId {
     pub host: String,
     pub boot: String,
@@ -808,13 +808,10 @@ impl Drop for LockGuard {
             );
             return;
         }
-        let ours = self
-            .shared
-            .body
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .token
-            .clone();
+        let (ours, holder) = {
+            let body = self.shared.body.lock().unwrap_or_else(|p| p.into_inner());
+            (body.token.clone(), body.holder.clone())
+        };
         match look(&self.path, self.protocol) {
             Ok(Some(snap)) if snap.parsed().is_some_and(|b| b.token == ours) => {
                 // Closed first: unlinked while open, a network client
@@ -830,7 +827,7 @@ impl Drop for LockGuard {
                     log::warn!("{}: could not remove the lock: {e}", self.path.display());
                 }
                 if let Some(dir) = self.path.parent() {
-                    note_waiters(dir, self.protocol);
+                    super::turn::withdraw(dir, &holder);
                 }
             }
             // The holder removed the lock's directory with the lock in it
@@ -852,60 +849,10 @@ impl Drop for LockGuard {
 }
 
 /// Shortest and longest pause between two looks of a waiter.
-fn poll_bounds(protocol: CommitProtocol) -> (Duration, Duration) {
+pub(super) fn poll_bounds(protocol: CommitProtocol) -> (Duration, Duration) {
     match protocol {
         CommitProtocol::Local => (Duration::from_millis(1), Duration::from_millis(4)),
         CommitProtocol::Remote => (Duration::from_millis(5), Duration::from_millis(40)),
-    }
-}
-
-/// Directories whose lock this process released while another writer
-/// waited, and until when its next acquisition stands back.
-fn yields() -> &'static Mutex<HashMap<PathBuf, Instant>> {
-    static YIELDS: OnceLock<Mutex<HashMap<PathBuf, Instant>>> = OnceLock::new();
-    YIELDS.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Fairness: a waiter leaves `.sessionfs.lock.wait` in the directory; a
-/// holder that finds it at release removes it and lets its own next
-/// acquisition stand back for a few of the waiters' polls, so that a
-/// writer committing in a tight loop does not starve the others. Only a
-/// courtesy: correctness never depends on it.
-fn announce_waiting(dir: &Path) {
-    let _ = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(dir.join(WAIT_NAME));
-}
-
-/// At release: notes whether someone announced waiting.
-fn note_waiters(dir: &Path, protocol: CommitProtocol) {
-    let marker = dir.join(WAIT_NAME);
-    if fs::symlink_metadata(&marker).is_ok() {
-        let _ = fs::remove_file(&marker);
-        let stand_back = poll_bounds(protocol).1 * 3;
-        let mut y = yields().lock().unwrap_or_else(|p| p.into_inner());
-        if y.len() > 4096 {
-            y.clear();
-        }
-        y.insert(dir.to_path_buf(), Instant::now() + stand_back);
-    }
-}
-
-/// Before acquiring: stands back if this process just released the lock
-/// while others waited.
-fn wait_my_turn(dir: &Path) {
-    let until = yields()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(dir);
-    if let Some(until) = until {
-        let now = Instant::now();
-        if until > now {
-            thread::sleep(until - now);
-        }
     }
 }
 
@@ -929,7 +876,7 @@ pub fn acquire(
     let started = Instant::now();
     let (floor, cap) = poll_bounds(protocol);
     let mut pause = floor;
-    wait_my_turn(dir);
+    super::turn::wait_my_turn(dir, protocol, me);
     let mut announced = false;
     loop {
         let body = LockBody::new(me, cfg);
@@ -952,7 +899,7 @@ pub fn acquire(
             }
             Some(snap) => {
                 if !announced {
-                    announce_waiting(dir);
+                    super::turn::announce(dir, protocol, me);
                     announced = true;
                 }
                 let unchanged = observe(&path, &snap);

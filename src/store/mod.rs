@@ -40,6 +40,7 @@ pub mod session_writer;
 pub mod tail;
 pub mod title;
 pub mod transcript;
+pub mod turn;
 pub mod views;
 pub mod zone;
 

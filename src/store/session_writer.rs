@@ -26,9 +26,12 @@ use std::time::Duration;
 
 use super::append::{append_with_options, AppendOutcome, CommitOptions, TailHint};
 use super::error::{Result, StoreError};
+use super::fskind;
+use super::lease::HolderId;
 use super::lines::SeqCursor;
 use super::publish::publish_session;
 use super::transcript::Transcript;
+use super::turn;
 use super::{Header, Store};
 
 /// Where the writer's session lives.
@@ -228,9 +231,14 @@ impl SessionWriter {
             }
         }
         let mut cursor = self.cursor;
-        let checked = cursor
-            .check_batch(complete)
-            .map_err(|e| e.into_store(&self.path_for_errors(store)))?;
+        let checked = match cursor.check_batch(complete) {
+            Ok(checked) => checked,
+            Err(e) => {
+                let e = e.into_store(&self.path_for_errors(store));
+                self.announce_if_overtaken(store, &e);
+                return Err(e);
+            }
+        };
         if let Some(header) = &checked.header {
             self.check_header(store, header)?;
         }
@@ -308,6 +316,7 @@ impl SessionWriter {
             Ok(c) => Ok(c),
             Err(e) if drops_batch(&e) => {
                 self.resync(store);
+                self.announce_if_overtaken(store, &e);
                 Err(e)
             }
             Err(e) => {
@@ -352,6 +361,33 @@ impl SessionWriter {
 
     /// After a dropped batch: continue from the committed tail when there
     /// is one (another writer may have published this session).
+    /// When `e` refused this writer's lines because another writer
+    /// committed their `seq` first (the line's `seq` is already in the
+    /// transcript), announces this writer as waiting in the session
+    /// directory, so that a writer committing in a tight loop stands back
+    /// once for it ([`turn::announce`]; MOUNT.md, Shared roots).
+    fn announce_if_overtaken(&self, store: &Store, e: &StoreError) {
+        let (
+            StoreError::SeqConflict {
+                expected, found, ..
+            },
+            Some(rel),
+        ) = (e, self.session_dir())
+        else {
+            return;
+        };
+        if found >= expected || !self.published {
+            return;
+        }
+        let dir = store.backing_path(&rel);
+        let protocol = self
+            .commit
+            .protocol
+            .unwrap_or_else(|| fskind::protocol_for(&dir));
+        let me = self.commit.holder.clone().unwrap_or_else(HolderId::current);
+        turn::announce(&dir, protocol, &me);
+    }
+
     fn resync(&mut self, store: &Store) {
         self.hint = None;
         let Target::Dir { project, session } = &self.target else {
