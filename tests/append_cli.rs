@@ -339,3 +339,78 @@ fn append_refuses_a_line_over_16_mib_and_takes_one_of_16_mib() {
         "the store is not the 16 MiB line and the next"
     );
 }
+
+/// An ignorable note with `seq` whose `data.d` is nested so that the
+/// line reaches `depth` levels (its object is level 1, `data` level 2).
+fn deep_note(seq: u64, depth: usize) -> String {
+    let arrays = depth - 2;
+    format!(
+        "{{\"type\":\"x-sessionfs/deep\",\"seq\":{seq},\"time\":1767600000000,\"data\":{{\"d\":{}{}}},\"ignorable\":true}}\n",
+        "[".repeat(arrays),
+        "]".repeat(arrays)
+    )
+}
+
+/// A line nested too deep for the reference to load is refused when it is
+/// written (tester 32: a line 5,000 deep was taken, and the reference's
+/// `load` then failed on the session for good with "Maximum call stack
+/// size exceeded"; the doctor called it clean). 1,000 levels are taken and
+/// the reference loads them; 1,001 are refused with the reason, nothing
+/// stored; a line 3,000 deep already in a transcript is reported by the
+/// doctor, and the reference indeed fails to load that session.
+#[test]
+fn append_refuses_a_line_nested_deeper_than_the_reference_loads() {
+    let (_tmp, root) = common::corpus_copy("normal");
+    let path = transcript(&root, "Session-A");
+    let before = zstd_dc(&path);
+    let last: serde_json::Value =
+        serde_json::from_slice(before.split(|&b| b == b'\n').rev().nth(1).unwrap()).unwrap();
+    let seq = last["seq"].as_u64().unwrap() + 1;
+    let out = append(&root, "Session-A", &deep_note(seq, 1_001));
+    assert_exit(&out, 1, "a line 1,001 levels deep");
+    assert!(
+        stderr(&out).contains("1001 levels deep"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        zstd_dc(&path) == before,
+        "the refused line changed the store"
+    );
+    let taken = deep_note(seq, 1_000);
+    assert_exit(
+        &append(&root, "Session-A", &taken),
+        0,
+        "a line 1,000 levels deep",
+    );
+    let mut want = before.clone();
+    want.extend_from_slice(taken.as_bytes());
+    assert!(zstd_dc(&path) == want, "the 1,000-deep line is not stored");
+    let (report, _) = run_oracle(&root, &[]);
+    assert_eq!(
+        oracle_session(&report, "Session-A")["load"]["ok"],
+        true,
+        "the reference loads the session with the 1,000-deep line"
+    );
+    // A deeper line written by something else: the doctor reports it, and
+    // the reference does fail on it.
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&zstd::encode_all(deep_note(seq + 1, 3_000).as_bytes(), 3).unwrap())
+        .unwrap();
+    drop(f);
+    let (report, _) = run_oracle(&root, &[]);
+    assert_eq!(
+        oracle_session(&report, "Session-A")["load"]["ok"],
+        false,
+        "the reference fails on a 3,000-deep line"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sessionfs"))
+        .args(["doctor".as_ref(), root.as_os_str()])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("nests 3000 levels deep"),
+        "the doctor does not report the deep line:\n{report}"
+    );
+}

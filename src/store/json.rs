@@ -139,7 +139,8 @@ pub fn parse_object_spans(
     let mut parser = Parser::new(text.as_bytes(), &[]);
     parser.rec = Some(Recorder::default());
     let value = parser.parse_in_place()?;
-    let spans = parser.rec.take().map(|r| r.spans).unwrap_or_default();
+    let mut spans = parser.rec.take().map(|r| r.spans).unwrap_or_default();
+    spans.max_depth = parser.max_depth;
     let map = object_of(value)?;
     Ok((map, super::json_view::Spanned::new(text, spans)))
 }
@@ -155,6 +156,8 @@ pub const SPAN_DEPTH: usize = 5;
 #[derive(Debug, Default)]
 pub struct Spans {
     pub(crate) nodes: Vec<SpanNode>,
+    /// The deepest nesting level of the line (its object is level 1).
+    pub(crate) max_depth: usize,
 }
 
 /// One container: where it starts and ends (`{` or `[` to past its
@@ -248,6 +251,8 @@ struct Parser<'a> {
     deep: Vec<bool>,
     /// Span recording, when asked ([`parse_object_spans`]).
     rec: Option<Recorder>,
+    /// The deepest level any container reached (the line's object is 1).
+    max_depth: usize,
 }
 
 fn err<T>(offset: usize, reason: &'static str) -> Result<T, JsonError> {
@@ -263,6 +268,7 @@ impl<'a> Parser<'a> {
             kept: Vec::new(),
             deep: Vec::new(),
             rec: None,
+            max_depth: 0,
         }
     }
 
@@ -321,6 +327,7 @@ impl<'a> Parser<'a> {
                     } else {
                         self.deep.push(object);
                     }
+                    self.max_depth = self.max_depth.max(self.depth());
                     self.ws();
                     let close = if object { b'}' } else { b']' };
                     if self.b.get(self.i) == Some(&close) {

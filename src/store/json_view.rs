@@ -24,6 +24,12 @@ impl<'a> Spanned<'a> {
         Spanned { text, spans }
     }
 
+    /// The deepest nesting level of the line: its object is level 1, a
+    /// container in one of its members level 2, and so on.
+    pub fn max_depth(&self) -> usize {
+        self.spans.max_depth
+    }
+
     /// The line as the spans index it (decoded with replacement when it
     /// was not UTF-8).
     pub fn text(&self) -> &str {

@@ -250,11 +250,28 @@ pub fn parse_record(line: &[u8]) -> Result<Record, String> {
     parse_record_noting(line).map(|(record, _)| record)
 }
 
+/// The deepest nesting a line written through sessionfs may reach (its
+/// object is level 1). The reference parses any depth, but its `load`
+/// copies every event with `structuredClone`, which fails with "Maximum
+/// call stack size exceeded" from about 2,500 nested arrays (measured
+/// with the oracle: 2,000 loads, 2,500 fails); half that keeps a margin
+/// for other machines' stack sizes.
+pub const MAX_LOADABLE_DEPTH: usize = 1_000;
+
 /// [`parse_record`], and the line's event type when the reference does
 /// not know it and it is not marked ignorable
 /// ([`super::doctor::content::unknown_event_type`]).
 fn parse_record_noting(line: &[u8]) -> Result<(Record, Option<String>), String> {
     let (map, spanned) = parse_object_spans(line, Utf8::Require).map_err(|e| e.to_string())?;
+    if spanned.max_depth() > MAX_LOADABLE_DEPTH {
+        return Err(format!(
+            "the reference would refuse to load the session: the line nests {} levels deep, \
+             more than the {MAX_LOADABLE_DEPTH} sessionfs takes (the reference's load copies \
+             each event recursively and fails with \"Maximum call stack size exceeded\" \
+             from about 2,500 levels); flatten the value",
+            spanned.max_depth()
+        ));
+    }
     let unknown = super::doctor::content::unknown_event_type(&map).map(str::to_owned);
     let record = record_from(map, Some(&spanned), line, Utf8::Require)?;
     if let Record::Event(_) = record {

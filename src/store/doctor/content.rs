@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::super::event_shape;
 use super::super::header::{header_from_line, Header, HeaderError};
 use super::super::json::{parse_object, parse_object_spans, Utf8};
+use super::super::lines::MAX_LOADABLE_DEPTH;
 use super::super::lines::{is_row_type, read_record, Record};
 use super::finding::Kind;
 
@@ -358,6 +359,17 @@ impl ContentCheck {
             if let Some(why) = event_shape::refusal(&spanned) {
                 self.note(Kind::EventRefused, plain_offset, || {
                     format!("line {n} (seq {seq}): the reference would refuse to load the session: {why}")
+                });
+            }
+            let depth = spanned.max_depth();
+            if depth > MAX_LOADABLE_DEPTH {
+                self.note(Kind::EventRefused, plain_offset, || {
+                    format!(
+                        "line {n} (seq {seq}) nests {depth} levels deep: the reference's load \
+                         fails on such a line from about 2,500 levels (\"Maximum call stack \
+                         size exceeded\"), and sessionfs refuses to write lines deeper than \
+                         {MAX_LOADABLE_DEPTH}"
+                    )
                 });
             }
             super::super::lines::SeqSpan {
