@@ -1961,6 +1961,112 @@ fn a_header_split_across_frames_is_joined_into_its_own_frame() {
     }
 }
 
+/// Fragments at the header line (helper 31): a header frame holding the
+/// whole header without its newline before a frame of events, a stray
+/// fragment frame (a torn start of a record) before the whole header
+/// frame (alone, or holding events too), and one before a header split
+/// across two frames. The reference's `list` fails for the whole root;
+/// the doctor reports a `split_line` (no `header_less` that sets the
+/// session aside), and `--repair` ends the header or cuts the fragment:
+/// the decoded text is the header and every event, the header alone in
+/// the first frame, the original in the quarantine folder, and the
+/// reference lists and loads the session.
+#[test]
+fn header_line_fragments_are_ended_or_cut_and_the_session_stays() {
+    let (text, ends) = split_case(4);
+    let header = &text[..ends[0]];
+    let h = header.trim_end();
+    let events = &text[ends[0]..];
+    let torn = r#"{"type":"x-note","seq":9,"ti"#;
+    let cases: [(&str, Vec<Vec<u8>>); 4] = [
+        ("header without its newline", vec![frame(h), frame(events)]),
+        (
+            "stray fragment, header frame",
+            vec![frame(torn), frame(header), frame(events)],
+        ),
+        (
+            "stray fragment, header frame holding events",
+            vec![frame(torn), frame(&format!("{header}{events}"))],
+        ),
+        (
+            "stray fragment, header split",
+            vec![
+                frame(torn),
+                frame(&h[..30]),
+                frame(&h[30..]),
+                frame(&format!("\n{events}")),
+            ],
+        ),
+    ];
+    for (what, frames) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join("session.jsonl.zstd");
+        let original = frames.concat();
+        fs::write(&transcript, &original).unwrap();
+        let (before, _) = oracle::run_oracle(&root, &[]);
+        assert!(
+            before["list"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("first frame is not exactly one header line")),
+            "{what}: {before}"
+        );
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{what}: {report}");
+        let kinds: Vec<&str> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["kind"].as_str().unwrap())
+            .collect();
+        assert!(
+            !kinds.is_empty() && kinds.iter().all(|k| *k == "split_line"),
+            "{what}: {report}"
+        );
+        let f = &report["findings"][0];
+        assert_eq!(f["remedy"], "repair", "{what}: {f}");
+        assert!(
+            f["reference"].as_str().unwrap().starts_with("list() fails"),
+            "{what}: {f}"
+        );
+
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{what}: {report}");
+        assert_eq!(report["summary"]["set_aside"], 0, "{what}: {report}");
+        assert_eq!(
+            String::from_utf8(zstd_dc(&transcript)).unwrap(),
+            text,
+            "{what}: {report}"
+        );
+        let stored = fs::read(&transcript).unwrap();
+        let first = zstd::zstd_safe::find_frame_compressed_size(&stored).unwrap();
+        assert_eq!(
+            zstd::decode_all(&stored[..first]).unwrap(),
+            header.as_bytes(),
+            "{what}: the header alone in the first frame"
+        );
+        let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+        assert!(
+            walk_files(&run)
+                .iter()
+                .any(|p| fs::read(p).is_ok_and(|b| b == original)),
+            "{what}: the original is in {}",
+            run.display()
+        );
+        let after = assert_oracle_loads(&root, &[]);
+        assert_eq!(
+            oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
+            Some(4),
+            "{what}: {after}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+    }
+}
+
 /// Lines split across frames, then a last frame ending inside a line and
 /// a torn frame after it (the reference's load fails: it cuts the torn
 /// frame, then meets the torn record): one repair cuts the torn tail,

@@ -553,7 +553,7 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     let mut open_line: Vec<u8> = Vec::new();
     // Where in `open_line` each frame after the run's first begins.
     let mut piece_starts: Vec<usize> = Vec::new();
-    let (mut header_run, mut header_joined) = (false, false);
+    let (mut header_run, mut header_joined, mut header_reframed) = (false, false, false);
     let (mut data_frames, mut joined, mut run_frames) = (0usize, 0usize, 0usize);
     // Frames of stray fragments, their torn bytes cut, the records ended.
     let (mut stray_frames, mut torn_bytes, mut unended) = (0usize, 0usize, 0usize);
@@ -578,12 +578,11 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
-        let is_header_line = header_run && start == 0;
         let mut bounds = vec![start];
         bounds.extend(piece_starts.iter().copied().filter(|&b| b > start));
         bounds.push(open_line.len());
         let stray = memchr::memchr(b'\n', &plain)
-            .filter(|_| !open_line.is_empty() && !is_header_line)
+            .filter(|_| !open_line.is_empty())
             .and_then(|i| {
                 let pieces: Vec<&[u8]> =
                     bounds.windows(2).map(|w| &open_line[w[0]..w[1]]).collect();
@@ -614,11 +613,25 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
                 .iter()
                 .map(|b| b - kept_from)
                 .collect();
-            header_run = false;
+            // Torn starts cut before the header line (nothing written
+            // yet): the line kept, or this frame's first, is the header's.
+            header_run &= emit.is_empty();
             stray_frames += strays.len();
             run_frames = bounds.len() - 1 - strays.len();
         }
         if open_line.is_empty() && (plain.is_empty() || plain.ends_with(b"\n")) {
+            if header_run && !plain.is_empty() {
+                // The header frame after the cut: the header line must
+                // be the first frame alone (FORMAT.md).
+                if memchr::memchr(b'\n', &plain) == Some(plain.len() - 1) {
+                    out.extend_from_slice(raw);
+                } else {
+                    out.extend(joined_frames(&plain, true)?);
+                    header_reframed = true;
+                }
+                header_run = false;
+                continue;
+            }
             out.extend_from_slice(raw);
             continue;
         }
@@ -693,6 +706,13 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             if unended == 1 { "record" } else { "records" },
             if unended == 1 { "was" } else { "were" }
         ));
+    }
+    if header_reframed {
+        parts.push(
+            "the header frame after them, which held more lines, was re-framed: the header \
+             line in a frame of its own, then the rest"
+                .into(),
+        );
     }
     if cut > 0 {
         parts.push(format!(

@@ -104,10 +104,11 @@ impl Lines {
     }
 
     /// The unfinished line's bytes by the frames that gave them, when
-    /// some are held whole and the line is not the header's (it starts
-    /// after the first byte).
+    /// some are held whole (the header line's too: a stray fragment
+    /// before the header frame, or a header frame without its newline,
+    /// is judged as any line's).
     fn unfinished_pieces(&self) -> Option<Vec<&[u8]>> {
-        if self.pending_len == 0 || self.too_long || self.start == 0 {
+        if self.pending_len == 0 || self.too_long {
             return None;
         }
         let bounds = self.piece_bounds();
@@ -536,12 +537,19 @@ fn scan_frames(
                     .last()
                     .map_or(0, |(_, f)| *f);
                 let unended = strays.iter().filter(|f| **f == Fragment::Unended).count();
+                // Before the header line ends, the reference refuses the
+                // first frame itself.
+                let reference = if check.lines == 0 {
+                    SPLIT_HEADER_REFERENCE
+                } else {
+                    fragment::REFERENCE
+                };
                 for f in frame_findings
                     .iter_mut()
                     .filter(|f| f.kind == Kind::SplitLine && f.offset >= Some(run))
                 {
                     f.detail = fragment::describe(torn, unended);
-                    f.reference = fragment::REFERENCE.into();
+                    f.reference = reference.into();
                 }
                 lines.end_fragments(&strays, check);
             }
