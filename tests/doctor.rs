@@ -1873,6 +1873,101 @@ fn frames_splitting_a_line_are_joined_by_repair_and_the_session_stays() {
     );
 }
 
+/// A last frame holding a whole record that continues `seq` but has no
+/// newline (helper 31; the reference's load fails: "complete frame
+/// contains a torn JSONL record"): `--repair` ends it with its newline
+/// instead of cutting it, alone in its frame or after complete lines in
+/// it, every earlier frame kept byte for byte and the original in the
+/// quarantine folder; the reference then loads every event. A record
+/// that does not continue `seq` (a gap) is still cut.
+#[test]
+fn a_whole_last_record_without_its_newline_is_ended() {
+    let (text, ends) = split_case(4);
+    let last = text[ends[3]..].trim_end().to_string();
+    let head = frames_cut(&text[..ends[2]], &[ends[0]]);
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "alone in its frame",
+            frame(&text[ends[2]..ends[3]]),
+            text.as_str(),
+        ),
+        ("after a complete line", vec![], text.as_str()),
+        (
+            "after a gap",
+            frame(&text[ends[2]..ends[3]]),
+            &text[..ends[3]],
+        ),
+    ];
+    for (what, before_last, want) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join("session.jsonl.zstd");
+        let mut kept = head.concat();
+        kept.extend(&before_last);
+        let tail = match what {
+            "after a complete line" => frame(&format!("{}{last}", &text[ends[2]..ends[3]])),
+            "after a gap" => frame(&last.replace("\"seq\":3", "\"seq\":5")),
+            _ => frame(&last),
+        };
+        let original = [kept.clone(), tail].concat();
+        fs::write(&transcript, &original).unwrap();
+        let before = oracle::report(&root);
+        assert!(
+            oracle::oracle_session(&before, "splitcase")["load"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("torn JSONL record")),
+            "{what}: {before}"
+        );
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{what}: {report}");
+        let f = &report["findings"][0];
+        assert_eq!(f["kind"], "split_line", "{what}: {report}");
+        assert_eq!(
+            f["detail"].as_str().unwrap().contains("whole record"),
+            what != "after a gap",
+            "{what}: {f}"
+        );
+
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{what}: {report}");
+        assert_eq!(
+            String::from_utf8(zstd_dc(&transcript)).unwrap(),
+            want,
+            "{what}: {report}"
+        );
+        let stored = fs::read(&transcript).unwrap();
+        let unchanged = if what == "after a complete line" {
+            head.concat()
+        } else {
+            kept
+        };
+        assert!(
+            stored.starts_with(&unchanged),
+            "{what}: earlier frames kept"
+        );
+        let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+        assert!(
+            walk_files(&run)
+                .iter()
+                .any(|p| fs::read(p).is_ok_and(|b| b == original)),
+            "{what}: the original is in {}",
+            run.display()
+        );
+        let after = assert_oracle_loads(&root, &[]);
+        let events = want.lines().count() as u64 - 1;
+        assert_eq!(
+            oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
+            Some(events),
+            "{what}: {after}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+    }
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

@@ -177,6 +177,9 @@ pub struct ContentCheck {
     seq_unknown: bool,
     /// Problems found, at most one per kind (the first), with counts.
     found: Vec<(LineFinding, u64)>,
+    /// The `seq` after the last line checked: 0 after a valid header, the
+    /// end of an event's or packed row's span; `None` after any other line.
+    after_last: Option<u64>,
     /// The history the last event line went to.
     side: Side,
     /// Decoded offset of the last event line's start.
@@ -234,6 +237,7 @@ impl ContentCheck {
         if count == 0 {
             return;
         }
+        self.after_last = None;
         let why = match parse_object(b"", Utf8::Replace) {
             Err(e) => e.to_string(),
             // Not reached: an empty line is no JSON object.
@@ -274,11 +278,23 @@ impl ContentCheck {
     pub fn skip_line(&mut self) {
         self.lines += 1;
         self.seq_unknown = true;
+        self.after_last = None;
+    }
+
+    /// The `seq` that continues the last line checked, whatever history
+    /// it went to: 0 after a valid header, `seq + 1` after an event,
+    /// `seq0 + n` after a packed row; `None` when no line was checked or
+    /// the last was no valid record (empty, invalid, too long, a second
+    /// header). What [`crate::store::lines::next_seq_after_line`] gives
+    /// for the same line.
+    pub fn next_after_last_line(&self) -> Option<u64> {
+        self.after_last
     }
 
     /// Checks one complete line (without its `\n`) at `plain_offset`.
     pub fn line(&mut self, line: &[u8], plain_offset: u64) {
         self.lines += 1;
+        self.after_last = None;
         let n = self.lines;
         let (map, spanned) = match parse_object_spans(line, Utf8::Replace) {
             Ok(parsed) => parsed,
@@ -310,6 +326,7 @@ impl ContentCheck {
                         }
                     }
                     self.header = Some(h);
+                    self.after_last = Some(0);
                 }
                 Err(HeaderError::UnsupportedVersion(why)) => {
                     self.note(Kind::UnsupportedVersion, plain_offset, || why)
@@ -377,6 +394,7 @@ impl ContentCheck {
                 count: 1,
             }
         };
+        self.after_last = Some(span.end());
         self.seq(span.first, span.end(), plain_offset);
     }
 

@@ -11,6 +11,7 @@
 //! [`stray_fragments`].
 
 use super::super::json::{parse_object, Utf8};
+use super::super::lines::{read_record, Record};
 
 /// What the unfinished start of a line is, when the next frame does not
 /// continue it.
@@ -65,6 +66,19 @@ pub fn stray_fragments(pieces: &[&[u8]], next: &[u8]) -> Option<Vec<Fragment>> {
             })
             .collect(),
     )
+}
+
+/// Whether `line`, the unfinished last line of a transcript (no `\n`,
+/// and no later frame completes it), is a whole record that continues
+/// the transcript: read as the reference reads a line ([`read_record`]),
+/// an event or packed row whose first `seq` is `next`, the `seq` after
+/// the last complete line (`None` when that line is no valid record).
+/// The reference's load fails on it as on a torn record; the join repair
+/// ends it with its newline instead of cutting it (the original kept in
+/// quarantine). One rule for the scan's finding and the repair.
+pub fn is_unended_last_record(line: &[u8], next: Option<u64>) -> bool {
+    let Some(next) = next else { return false };
+    matches!(read_record(line), Ok(Record::Event(span)) if span.first == next)
 }
 
 /// How the scan's finding describes stray pieces: `torn` bytes of records
@@ -122,6 +136,16 @@ mod tests {
         let line = br#"{"type":"x-note","seq":5,"time":1,"data":{}}"#;
         let (a, b) = line.split_at(20);
         assert_eq!(stray_fragments(&[torn, a], b), Some(vec![Fragment::Torn]));
+    }
+
+    #[test]
+    fn an_unended_last_record_must_continue_seq() {
+        assert!(is_unended_last_record(NEXT, Some(5)));
+        assert!(!is_unended_last_record(NEXT, Some(4)), "a gap");
+        assert!(!is_unended_last_record(NEXT, None), "after no record");
+        assert!(!is_unended_last_record(&NEXT[..30], Some(5)), "torn");
+        let row = br#"{"type":"text-chunks","seq0":5,"time0":1,"data":{"turn":1,"step":1,"index":1,"dt":[0],"texts":["a","b"]}}"#;
+        assert!(is_unended_last_record(row, Some(5)), "a packed row");
     }
 
     #[test]

@@ -537,7 +537,9 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
 /// starts with the header frame, the header line in a frame of its own
 /// and the rest in one after it; every other frame is kept byte for
 /// byte; an incomplete last line no frame completes is cut (as a torn
-/// tail's). Under the writers' locks the file is walked and decoded
+/// tail's), unless it is a whole record continuing `seq`
+/// ([`super::fragment::is_unended_last_record`]): then it is ended with
+/// its newline. Under the writers' locks the file is walked and decoded
 /// again; only when it is all complete frames that decode is it
 /// rewritten, after the whole original is copied to the quarantine
 /// folder. Returns what was done.
@@ -651,11 +653,10 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             run_frames = 0;
         }
     }
-    joined += run_frames;
     // The last frames end inside a line no frame completes (the
     // reference's load fails on it, as on a torn record): their complete
-    // lines stay; the incomplete line is cut, as a torn tail's is, and
-    // kept in the quarantine folder with the original.
+    // lines stay; the incomplete line is cut, as a torn tail's is (or
+    // ended, below), and kept in the quarantine folder with the original.
     let complete = open_line
         .iter()
         .rposition(|&b| b == b'\n')
@@ -666,11 +667,24 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
              aside (move the session directory out of the root)",
         ));
     }
-    let cut = open_line.len() - complete;
+    let mut cut = open_line.len() - complete;
     if complete > 0 {
+        // (One frame, or a run holding only the unfinished line, joined
+        // nothing.)
+        if run_frames > 1 {
+            joined += run_frames;
+        }
         out.extend(joined_frames(&open_line[..complete], header_run)?);
     }
-    if joined == 0 && stray_frames == 0 {
+    // A whole record continuing `seq` is ended with its newline instead,
+    // as the scan said (`is_unended_last_record`).
+    let last = &open_line[complete..];
+    let ended = cut > 0 && super::fragment::is_unended_last_record(last, next_seq_of_frames(&out));
+    if ended {
+        out.extend(encode_frame(&[last, b"\n"].concat())?);
+        cut = 0;
+    }
+    if joined == 0 && stray_frames == 0 && cut == 0 && !ended {
         return Err(std::io::Error::other(
             "no frame ends inside a line now: run the doctor again",
         ));
@@ -719,9 +733,35 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             "the incomplete last line ({cut} bytes), which no frame completes, was cut"
         ));
     }
+    if ended {
+        parts.push(format!(
+            "the last record ({} bytes), whole and continuing seq but without its newline, \
+             was ended with one",
+            last.len()
+        ));
+    }
     let mut done = parts.join("; ");
     done.push_str("; the original is in the quarantine folder");
     Ok(done)
+}
+
+/// The `seq` after the last complete line of `out` (complete frames, each
+/// ending a line): read from the last data frame that decodes to any
+/// bytes. `None` when there is none or that line is no valid record.
+fn next_seq_of_frames(out: &[u8]) -> Option<u64> {
+    use super::super::frame::FrameKind;
+    let frames = complete_frames(out).ok()?;
+    for f in frames
+        .iter()
+        .rev()
+        .filter(|f| matches!(f.kind, FrameKind::Data { .. }))
+    {
+        let text = decoded(out, f).ok()?;
+        if !text.is_empty() {
+            return super::super::lines::next_seq_of_transcript(&text).ok();
+        }
+    }
+    None
 }
 
 /// The frames that replace a joined run of decoded `lines` (whole lines):

@@ -623,10 +623,21 @@ fn scan_frames(
             .take_while(|(p, _)| *p <= lines.start)
             .last()
             .map_or(0, |(_, f)| *f);
+        // A whole record continuing `seq` is ended, not cut, by the
+        // repair.
+        let unended = !lines.too_long
+            && check.lines > 0
+            && fragment::is_unended_last_record(&lines.pending, check.next_after_last_line());
+        let detail = if unended {
+            "the last frame ends with a whole record that continues seq but has no newline, \
+             and no later frame completes it (--repair ends it with one)"
+        } else {
+            "the frame ends inside a line that no later frame completes"
+        };
         for f in frame_findings.iter_mut().filter(|f| {
             f.kind == Kind::SplitLine && f.offset >= Some(last_run) && f.offset != Some(0)
         }) {
-            f.detail = "the frame ends inside a line that no later frame completes".into();
+            f.detail = detail.into();
             f.reference = "load fails (complete frame contains a torn JSONL record)".into();
         }
     }
