@@ -1968,6 +1968,51 @@ fn a_whole_last_record_without_its_newline_is_ended() {
     }
 }
 
+/// A frame ending with the start of one record whose next frame begins
+/// with the rest of another (helper 31): the join is a valid line, but
+/// the line after it does not continue `seq`, and the reference's load
+/// fails there ("complete frame contains a torn JSONL record"), so the
+/// `split_line` finding must not say that the reference loads it.
+#[test]
+fn a_join_of_two_records_pieces_is_not_said_to_load() {
+    let (text, ends) = split_case(5);
+    let line = |i: usize| &text[ends[i - 1]..ends[i]];
+    let frames = [
+        frame(&text[..ends[0]]),
+        frame(&format!("{}{}", line(1), &line(2)[..30])),
+        frame(&format!("{}{}{}", &line(3)[30..], line(4), line(5))),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dir = root.join("_no-cwd").join("splitcase");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("session.jsonl.zstd"), frames.concat()).unwrap();
+    let before = oracle::report(&root);
+    let error = oracle::oracle_session(&before, "splitcase")["load"]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.contains("torn JSONL record"), "{before}");
+
+    let (code, report) = doctor_json(tmp.path(), &root, &[]);
+    assert_eq!(code, 1, "{report}");
+    let f = finding_at(&report, "session.jsonl.zstd");
+    assert_eq!(f["kind"], "split_line", "{report}");
+    let reference = f["reference"].as_str().unwrap();
+    assert!(
+        !reference.contains("loads it") && reference.contains("load fails"),
+        "{f}"
+    );
+    assert!(reference.contains("torn JSONL record"), "{f}");
+    let kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"seq_gap"), "{report}");
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

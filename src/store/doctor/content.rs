@@ -180,6 +180,9 @@ pub struct ContentCheck {
     /// The `seq` after the last line checked: 0 after a valid header, the
     /// end of an event's or packed row's span; `None` after any other line.
     after_last: Option<u64>,
+    /// Whether the last line checked continued the line before it (see
+    /// [`Self::last_line_continued`]).
+    continued: bool,
     /// The history the last event line went to.
     side: Side,
     /// Decoded offset of the last event line's start.
@@ -238,6 +241,7 @@ impl ContentCheck {
             return;
         }
         self.after_last = None;
+        self.continued = false;
         let why = match parse_object(b"", Utf8::Replace) {
             Err(e) => e.to_string(),
             // Not reached: an empty line is no JSON object.
@@ -279,6 +283,18 @@ impl ContentCheck {
         self.lines += 1;
         self.seq_unknown = true;
         self.after_last = None;
+        // Not judged: nothing said against it.
+        self.continued = true;
+    }
+
+    /// Whether the last line checked continued the one before it, as the
+    /// reference's load needs: a valid header as the first line, or a
+    /// record whose first `seq` is the one after the line before it
+    /// ([`Self::next_after_last_line`] before it was checked; any `seq`
+    /// after a line too long to judge). `false` after an empty or invalid
+    /// line, a gap or a repeated `seq`.
+    pub fn last_line_continued(&self) -> bool {
+        self.continued
     }
 
     /// The `seq` that continues the last line checked, whatever history
@@ -294,7 +310,9 @@ impl ContentCheck {
     /// Checks one complete line (without its `\n`) at `plain_offset`.
     pub fn line(&mut self, line: &[u8], plain_offset: u64) {
         self.lines += 1;
-        self.after_last = None;
+        let before = self.after_last.take();
+        let any_seq = self.seq_unknown;
+        self.continued = false;
         let n = self.lines;
         let (map, spanned) = match parse_object_spans(line, Utf8::Replace) {
             Ok(parsed) => parsed,
@@ -327,6 +345,7 @@ impl ContentCheck {
                     }
                     self.header = Some(h);
                     self.after_last = Some(0);
+                    self.continued = true;
                 }
                 Err(HeaderError::UnsupportedVersion(why)) => {
                     self.note(Kind::UnsupportedVersion, plain_offset, || why)
@@ -395,6 +414,7 @@ impl ContentCheck {
             }
         };
         self.after_last = Some(span.end());
+        self.continued = any_seq || before == Some(span.first);
         self.seq(span.first, span.end(), plain_offset);
     }
 
@@ -545,6 +565,34 @@ mod tests {
         assert_eq!(
             run(&[H, &e0, &e1, &e1, &e2, &e2, &e3]),
             vec![Kind::InterleavedWriters]
+        );
+    }
+
+    /// Each line continues the one before it or not, whatever history
+    /// it goes to; the `seq` after it is what the line gives.
+    #[test]
+    fn each_line_continues_the_one_before_or_not() {
+        let e =
+            |s: u64| format!(r#"{{"type":"turn/start","seq":{s},"time":1,"data":{{"turn":1}}}}"#);
+        let mut c = ContentCheck::new();
+        let mut steps = Vec::new();
+        for l in [H, &e(0), &e(1), &e(3), &e(4), &e(1), "", &e(2), H] {
+            c.line(l.as_bytes(), 0);
+            steps.push((c.last_line_continued(), c.next_after_last_line()));
+        }
+        assert_eq!(
+            steps,
+            [
+                (true, Some(0)),
+                (true, Some(1)),
+                (true, Some(2)),
+                (false, Some(4)),
+                (true, Some(5)),
+                (false, Some(2)),
+                (false, None),
+                (false, Some(3)),
+                (false, None),
+            ]
         );
     }
 

@@ -74,6 +74,15 @@ struct Lines {
     /// Where in `pending` each frame after the one the line began in
     /// starts (the pieces [`stray_fragments`] judges).
     piece_starts: Vec<usize>,
+    /// The decoded start of the last line joined from several frames
+    /// while the line after it is still to be checked.
+    watched: Option<u64>,
+    /// Decoded starts of the first lines joined from several frames that
+    /// the reference's load fails at: the joined line, or the line after
+    /// it, does not continue the line before it (the join may be one
+    /// record's start and another's rest). At most
+    /// [`FRAME_FINDINGS_KEPT`], the lines of the split findings kept.
+    broken_joins: Vec<u64>,
 }
 
 impl Lines {
@@ -84,6 +93,27 @@ impl Lines {
             start: 0,
             too_long: false,
             piece_starts: Vec::new(),
+            watched: None,
+            broken_joins: Vec::new(),
+        }
+    }
+
+    /// After a line was checked (`joined`: from several frames, starting
+    /// at `at`): notes a joined line at which the load fails, it or the
+    /// line after it not continuing `seq`.
+    fn judged(&mut self, joined: bool, at: u64, check: &ContentCheck) {
+        let broken = if let Some(start) = self.watched.take() {
+            (!check.last_line_continued()).then_some(start)
+        } else {
+            None
+        };
+        let broken = broken.or((joined && !check.last_line_continued()).then_some(at));
+        if let Some(start) = broken {
+            if self.broken_joins.len() < FRAME_FINDINGS_KEPT {
+                self.broken_joins.push(start);
+            }
+        } else if joined {
+            self.watched = Some(at);
         }
     }
 
@@ -128,10 +158,9 @@ impl Lines {
         let bounds = self.piece_bounds();
         for (i, fragment) in strays.iter().enumerate() {
             if *fragment == Fragment::Unended {
-                check.line(
-                    &self.pending[bounds[i]..bounds[i + 1]],
-                    self.start + bounds[i] as u64,
-                );
+                let at = self.start + bounds[i] as u64;
+                check.line(&self.pending[bounds[i]..bounds[i + 1]], at);
+                self.judged(false, at, check);
             }
         }
         let kept_from = bounds[strays.len()];
@@ -154,6 +183,7 @@ impl Lines {
                 // A run of empty lines is judged at once.
                 let run = newline_run(bytes);
                 check.empty_lines(run as u64, self.start);
+                self.judged(false, self.start, check);
                 self.start += run as u64;
                 bytes = &bytes[run..];
                 continue;
@@ -168,6 +198,7 @@ impl Lines {
                 self.pending.extend_from_slice(&bytes[..i]);
                 check.line(&self.pending, at);
             }
+            self.judged(self.pending_len > 0, at, check);
             self.pending.clear();
             self.pending_len = 0;
             self.too_long = false;
@@ -431,6 +462,9 @@ fn scan_frames(
     // their one finding goes where the first one was met.
     let mut skippable = SkippableFrames::default();
     let mut skippable_index = 0usize;
+    // (frame offset, decoded start of the line it ends inside) of the
+    // split findings kept.
+    let mut split_starts: Vec<(u64, u64)> = Vec::new();
     let end = walk(file, 0, len, None, |info: &FrameInfo| {
         if info.kind == FrameKind::Skippable {
             if skippable.is_empty() {
@@ -578,6 +612,9 @@ fn scan_frames(
                 } else {
                     Finding::new(&path, Kind::SplitLine, "the frame ends inside a line")
                 };
+                if split_starts.len() < FRAME_FINDINGS_KEPT {
+                    split_starts.push((info.offset, lines.start));
+                }
                 capped.note(&mut frame_findings, f.at(info.offset));
             }
             if data_frames == 1 && check.lines > lines_before + 1 && check.header.is_some() {
@@ -641,6 +678,7 @@ fn scan_frames(
             f.reference = "load fails (complete frame contains a torn JSONL record)".into();
         }
     }
+    broken_joins(&mut frame_findings, &split_starts, &lines.broken_joins);
     match end {
         Err(FrameError::Io(e)) => return Err(e),
         Err(FrameError::Corrupt { offset, reason }) => {
@@ -706,6 +744,38 @@ fn scan_frames(
     scan.findings.extend(frame_findings);
     scan.frame_starts = frame_starts;
     Ok(())
+}
+
+/// What the reference does with a line joined from several frames that
+/// its load fails at (the joined line, or the line after it, does not
+/// continue `seq`).
+const BROKEN_JOIN_REFERENCE: &str = "reads it, joining the frames' contents, but load fails \
+     there (complete frame contains a torn JSONL record): the joined line, or the line after \
+     it, does not continue seq (the join may be the start of one record and the rest of \
+     another)";
+
+/// Says, in the split findings still claiming that the reference loads
+/// the joined line, that its load fails there when the line (its decoded
+/// start found through `split_starts`, pairs of frame offset and line
+/// start) is one of `broken` ([`Lines::broken_joins`]). The header line
+/// keeps its own text (the reference's `list` fails first).
+fn broken_joins(findings: &mut [Finding], split_starts: &[(u64, u64)], broken: &[u64]) {
+    if broken.is_empty() {
+        return;
+    }
+    let claim = Finding::new(Path::new(""), Kind::SplitLine, "").reference;
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.kind == Kind::SplitLine && f.reference == claim)
+    {
+        let start = split_starts
+            .iter()
+            .find(|(frame, _)| Some(*frame) == f.offset)
+            .map(|(_, start)| *start);
+        if start.is_some_and(|s| s > 0 && broken.contains(&s)) {
+            f.reference = BROKEN_JOIN_REFERENCE.into();
+        }
+    }
 }
 
 /// What the reference does with a header frame that ends inside a line
