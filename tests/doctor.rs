@@ -2555,3 +2555,111 @@ fn a_stray_fragment_beside_a_whole_record_or_a_split_line_keeps_them() {
         );
     }
 }
+
+/// A session of a header and one note whose line is `len` bytes with its
+/// newline, in a zstd or raw root under `tmp`: the root and the
+/// transcript.
+fn long_last_line_case(tmp: &Path, len: usize, raw: bool) -> (PathBuf, PathBuf) {
+    let root = tmp.join(if raw { "raw" } else { "zstd" });
+    let dir = root.join("_no-cwd").join("longline");
+    fs::create_dir_all(&dir).unwrap();
+    let header = common::lines::header_line("longline", None, 1_767_614_400_000);
+    let (open, close) = (
+        r#"{"type":"x-note","seq":0,"time":1767614400000,"data":{"t":""#,
+        r#""},"ignorable":true}"#,
+    );
+    let fill = "x".repeat(len - open.len() - close.len() - 1);
+    let line = format!("{open}{fill}{close}\n");
+    assert_eq!(line.len(), len);
+    let (name, bytes) = if raw {
+        ("session.jsonl", format!("{header}{line}").into_bytes())
+    } else {
+        (
+            "session.jsonl.zstd",
+            [frame(&header), frame(&line)].concat(),
+        )
+    };
+    let transcript = dir.join(name);
+    fs::write(&transcript, bytes).unwrap();
+    (root, transcript)
+}
+
+/// A last line over 16 MiB, its newline counted (helper 31): the mount
+/// and `sessionfs append` refuse to continue the session, so the doctor
+/// reports it (the path, the line's offset and length, what to do),
+/// `--repair` leaves it byte for byte, and the reference loads it. A
+/// line of exactly 16 MiB is continued and not reported. Both encodings.
+#[test]
+fn a_last_line_over_16_mib_is_reported() {
+    const MAX: usize = 16 << 20;
+    for raw in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, transcript) = long_last_line_case(tmp.path(), MAX + 1, raw);
+        let original = fs::read(&transcript).unwrap();
+        let next = format!(
+            "{}\n",
+            r#"{"type":"x-note","seq":1,"time":1767614400001,"data":{},"ignorable":true}"#
+        );
+        let append = |root: &Path| {
+            common::run_with_stdin(
+                bin(),
+                [
+                    std::ffi::OsStr::new("append"),
+                    root.as_os_str(),
+                    std::ffi::OsStr::new("longline"),
+                ],
+                next.as_bytes(),
+            )
+        };
+        let refused = append(&root);
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("longer than"),
+            "{refused:?}"
+        );
+        assert_eq!(fs::read(&transcript).unwrap(), original);
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{report}");
+        let f = &report["findings"][0];
+        assert_eq!(f["kind"], "last_line_too_long", "{report}");
+        assert_eq!(f["path"], transcript.to_str().unwrap(), "{report}");
+        assert_eq!(f["remedy"], "report", "{report}");
+        let header_len = common::lines::header_line("longline", None, 1_767_614_400_000).len();
+        let detail = f["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(&format!("from byte {header_len} "))
+                && detail.contains(&format!("is {} bytes", MAX + 1)),
+            "{f}"
+        );
+        let want_offset = if raw {
+            header_len
+        } else {
+            frame_len(&original)
+        };
+        assert_eq!(f["offset"].as_u64(), Some(want_offset as u64), "{f}");
+        assert!(f["fix"].as_str().unwrap().contains("new session"), "{f}");
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 1, "{report}");
+        assert_eq!(fs::read(&transcript).unwrap(), original, "left as it is");
+        let mode: [&std::ffi::OsStr; 2] = ["--compression".as_ref(), "none".as_ref()];
+        let (o, _) = oracle::run_oracle(&root, if raw { &mode } else { &[] });
+        assert_eq!(
+            oracle::oracle_session(&o, "longline")["load"]["eventCount"].as_u64(),
+            Some(1),
+            "{o}"
+        );
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, _) = long_last_line_case(tmp.path(), MAX, raw);
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "exactly 16 MiB: {report}");
+        let taken = append(&root);
+        assert!(taken.status.success(), "{taken:?}");
+    }
+}
+
+/// The compressed length of the first frame of `bytes`.
+fn frame_len(bytes: &[u8]) -> usize {
+    zstd::zstd_safe::find_frame_compressed_size(bytes).unwrap()
+}

@@ -76,6 +76,10 @@ pub enum Kind {
     EventRefused,
     /// The file could not be read.
     Unreadable,
+    /// The last line is longer than sessionfs holds to continue a
+    /// session (16 MiB, its newline included): the mount and `sessionfs
+    /// append` refuse to append to it.
+    LastLineTooLong,
 }
 
 impl Kind {
@@ -111,6 +115,7 @@ impl Kind {
             Kind::CwdRejected => "cwd_rejected",
             Kind::EventRefused => "event_refused",
             Kind::Unreadable => "unreadable",
+            Kind::LastLineTooLong => "last_line_too_long",
         }
     }
 
@@ -256,6 +261,10 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
                 "none needed for the harness, which reads it; {}",
                 super::super::decode::WINDOW_ADVICE
             ),
+            Kind::LastLineTooLong => "none needed to read it, or to continue it with the \
+                 harness; to go on through sessionfs (the mount, `sessionfs append`), start a \
+                 new session: committed lines are never rewritten"
+                .into(),
             Kind::EventRefused => "no harness loads it as it is: committed events are never \
                  rewritten; fix the writer that wrote the event, and copy the session's other \
                  events into a new session if you need them loaded"
@@ -351,6 +360,10 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
             R::Report,
         ),
         K::Unreadable => ("cannot read it either", R::Report),
+        K::LastLineTooLong => (
+            "reads it, loads it and continues it (no line limit)",
+            R::Report,
+        ),
         K::LinkedSessionDir => (
             "list() leaves it out (a read by its id follows the link)",
             R::Report,

@@ -14,6 +14,7 @@ pub mod fork;
 pub mod fragment;
 pub mod history;
 pub mod layout;
+pub mod long_line;
 pub mod repair;
 pub mod report;
 pub mod restore;

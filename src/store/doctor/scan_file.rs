@@ -20,6 +20,7 @@ use super::super::limits::MAX_LINE_BYTES;
 use super::content::{ContentCheck, SeqSplit};
 use super::finding::{Finding, Kind, Remedy};
 use super::fragment::{self, stray_fragments, Fragment};
+use super::long_line;
 
 /// What the scan of one transcript found.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +84,9 @@ struct Lines {
     /// record's start and another's rest). At most
     /// [`FRAME_FINDINGS_KEPT`], the lines of the split findings kept.
     broken_joins: Vec<u64>,
+    /// The decoded start and length (its newline included) of the last
+    /// complete line.
+    last_line: Option<(u64, u64)>,
 }
 
 impl Lines {
@@ -95,6 +99,7 @@ impl Lines {
             piece_starts: Vec::new(),
             watched: None,
             broken_joins: Vec::new(),
+            last_line: None,
         }
     }
 
@@ -184,6 +189,7 @@ impl Lines {
                 let run = newline_run(bytes);
                 check.empty_lines(run as u64, self.start);
                 self.judged(false, self.start, check);
+                self.last_line = Some((self.start + run as u64 - 1, 1));
                 self.start += run as u64;
                 bytes = &bytes[run..];
                 continue;
@@ -199,6 +205,7 @@ impl Lines {
                 check.line(&self.pending, at);
             }
             self.judged(self.pending_len > 0, at, check);
+            self.last_line = Some((at, total));
             self.pending.clear();
             self.pending_len = 0;
             self.too_long = false;
@@ -376,6 +383,8 @@ fn scan_lines(
     let mut reader = BufReader::with_capacity(256 * 1024, Read::take(file, len));
     let mut line = Vec::new();
     let mut offset = 0u64;
+    // Start and length (its newline included) of the last complete line.
+    let mut last = None;
     loop {
         line.clear();
         let n = (&mut reader)
@@ -401,6 +410,7 @@ fn scan_lines(
                 }
                 if ended {
                     check.skip_line();
+                    last = Some((offset, skipped));
                     offset += skipped;
                     continue;
                 }
@@ -434,9 +444,15 @@ fn scan_lines(
             break;
         }
         check.line(&line[..n - 1], offset);
+        last = Some((offset, n as u64));
         offset += n as u64;
     }
     scan.plain_len = offset;
+    if let Some((start, len)) = last.filter(|_| scan.torn_at.is_none()) {
+        let path = scan.path.clone();
+        scan.findings
+            .extend(long_line::last_line_finding(&path, start, len, start));
+    }
     Ok(())
 }
 
@@ -679,6 +695,20 @@ fn scan_frames(
         }
     }
     broken_joins(&mut frame_findings, &split_starts, &lines.broken_joins);
+    // The last line, when the transcript ends with it (the line the mount
+    // and `append` continue from): in the frame holding its end.
+    if let Some((start, len)) = lines.last_line.filter(|_| {
+        reading
+            && lines.pending_len == 0
+            && matches!(end, Ok(WalkEnd::Clean | WalkEnd::Torn { .. }))
+    }) {
+        let at = frame_starts
+            .iter()
+            .take_while(|(p, _)| *p < start + len)
+            .last()
+            .map_or(0, |(_, f)| *f);
+        frame_findings.extend(long_line::last_line_finding(&path, start, len, at));
+    }
     match end {
         Err(FrameError::Io(e)) => return Err(e),
         Err(FrameError::Corrupt { offset, reason }) => {
