@@ -284,3 +284,28 @@ fn doctor_of_a_mount_point_is_refused() {
     assert!(std::fs::read(&cases[0].backing).unwrap() == before);
     mnt.stop();
 }
+
+/// `--index-cache` given as a relative path (helper 31): the status file
+/// shows the folder resolved once at start-up, absolute, not the text
+/// given on the command line.
+#[test]
+fn status_shows_the_index_cache_absolute() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    copy_tree(&corpus_dir().join("normal").join("root"), &root);
+    let index = std::fs::canonicalize(tmp.path()).unwrap().join("index");
+    std::fs::create_dir(&index).unwrap();
+    // The same folder relative to the working directory the mount inherits.
+    let cwd = std::env::current_dir().unwrap();
+    let mut relative = PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        relative.push("..");
+    }
+    relative.push(index.strip_prefix("/").unwrap());
+    assert!(relative.is_relative());
+    let mnt = Mount::start(&root, &["--index-cache", relative.to_str().unwrap()]);
+    let shown = mnt.status()["options"]["index_cache"].clone();
+    mnt.stop();
+    let shown = PathBuf::from(shown.as_str().unwrap_or_else(|| panic!("{shown}")));
+    assert_eq!(shown, index, "the folder, absolute and resolved");
+}

@@ -135,6 +135,23 @@ fn run(
         Ok(path) => path,
         Err(why) => return fail(why),
     };
+    // Resolved once, at start-up: the status file and every later use
+    // name the same absolute folder whatever the working directory.
+    let index_dir = match args.index_cache {
+        Some(dir) if dir.as_os_str() == "none" => None,
+        // An existing folder by its real path; another made absolute.
+        Some(dir) => match std::fs::canonicalize(&dir).or_else(|_| std::path::absolute(&dir)) {
+            Ok(abs) => Some(abs),
+            Err(e) => {
+                return fail(format!(
+                    "--index-cache {}: cannot make it an absolute path ({e}); give an absolute \
+                     path",
+                    crate::store::error::Shown(&dir)
+                ))
+            }
+        },
+        None => crate::store::index_store::default_index_dir(),
+    };
     let config = crate::fuse::MountConfig {
         root: identity.io_path().to_path_buf(),
         mountpoint,
@@ -146,11 +163,7 @@ fn run(
         batch_ms: args.batch_ms,
         attr_timeout: args.attr_timeout,
         cache_bytes: args.cache_size.unwrap_or(DEFAULT_CACHE_BYTES),
-        index_dir: match args.index_cache {
-            Some(dir) if dir.as_os_str() == "none" => None,
-            Some(dir) => Some(dir),
-            None => crate::store::index_store::default_index_dir(),
-        },
+        index_dir,
         allow_other: args.allow_other,
         allow_root: args.allow_root,
         auto_unmount: args.auto_unmount,

@@ -320,7 +320,8 @@ pub fn run_mount(
         ),
     ];
     for (key, value) in effective {
-        if settings.get(key).is_none_or(serde_json::Value::is_null) {
+        // The index folder as resolved at start-up, not as given.
+        if key == "index_cache" || settings.get(key).is_none_or(serde_json::Value::is_null) {
             settings.insert(key.into(), value.into());
         }
     }
