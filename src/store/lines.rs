@@ -642,9 +642,11 @@ mod tests {
             "[".repeat(100_000),
             "]".repeat(100_000)
         );
-        let mut c = SeqCursor::after(0);
-        c.check_line(deep.as_bytes(), 1).unwrap();
+        // Committed by someone else, it is read at any depth; written, it
+        // is refused (the reference's load fails on it).
         assert_eq!(next_seq_after_line(deep.as_bytes()), Ok(1));
+        let mut c = SeqCursor::after(0);
+        assert!(c.check_line(deep.as_bytes(), 1).is_err());
         // Committed by someone else, a byte that is not UTF-8 is read as
         // the reference reads it (U+FFFD); written, it is refused.
         let ff = b"{\"type\":\"x\",\"seq\":4,\"t\":\"\xff\"}";
