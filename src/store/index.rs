@@ -915,8 +915,13 @@ pub fn table_lens(count: u64, wides: u64, available: u64) -> Option<(usize, usiz
 
 /// Reads the compressed bytes of one frame.
 ///
-/// Errors: [`FrameError::Io`]; a short read is reported as
-/// [`FrameError::Corrupt`] (the file shrank under us).
+/// Errors: [`FrameError::Io`], also for a short read (`UnexpectedEof`):
+/// the file reads shorter than the frame the index proved complete. That
+/// is not damage of the frame: a network client's descriptor can read up
+/// to a length it learned earlier than the index did (seen over sshfs with
+/// writers on two machines), and a file cut meanwhile is found rewritten
+/// by the next refresh. The read fails; nothing is recorded against the
+/// frame.
 pub fn read_frame<R: ReadAt + ?Sized>(src: &R, info: &FrameInfo) -> Result<Vec<u8>, FrameError> {
     let mut buf = vec![0u8; info.len as usize];
     let mut got = 0;
@@ -925,10 +930,14 @@ pub fn read_frame<R: ReadAt + ?Sized>(src: &R, info: &FrameInfo) -> Result<Vec<u
             .read_at(&mut buf[got..], info.offset + got as u64)
             .map_err(FrameError::Io)?;
         if n == 0 {
-            return Err(FrameError::Corrupt {
-                offset: info.offset,
-                reason: "file ended inside a frame that was complete before".into(),
-            });
+            return Err(FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the file read shorter than the frame at byte {} it held before (read again; \
+                     on a network client its length may lag behind the server's)",
+                    info.offset
+                ),
+            )));
         }
         got += n;
     }
@@ -958,6 +967,23 @@ mod tests {
                 max_plain_len: plain_len + slack,
             },
         }
+    }
+
+    /// A frame the file no longer holds whole (it reads short: a network
+    /// client's stale length) fails the read as I/O, not as a corrupt
+    /// frame: nothing is then recorded against the frame (tester 32: an
+    /// intact transcript on an sshfs root failed every open with EIO,
+    /// "corrupt … file ended inside a frame that was complete before").
+    #[test]
+    fn a_frame_that_reads_short_is_an_io_error_not_damage() {
+        let file = file_of(&[b"{\"a\":1}\n"]);
+        let info = data(0, file.len() as u64 + 10, 8, 0, true);
+        match read_frame(file.as_slice(), &info) {
+            Err(FrameError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+            other => panic!("{other:?}"),
+        }
+        let whole = data(0, file.len() as u64, 8, 0, true);
+        assert_eq!(read_frame(file.as_slice(), &whole).unwrap(), file);
     }
 
     /// Frames of every shape the compact table has: narrow ones, and wide
