@@ -116,11 +116,39 @@ pub fn escape_component(c: &str, top: bool, drive: bool) -> String {
     } else {
         c.to_string()
     };
+    let c = escape_unshowable(&c);
     if c.len() <= NAME_MAX {
         return c;
     }
     let tail = format!("%~{:016x}", fnv1a(c.as_bytes()));
     format!("{}{tail}", cut_to_bytes(&c, NAME_MAX - tail.len()))
+}
+
+/// A component holding characters no listing should show as they are
+/// (control characters: a newline splits `find`'s output; bidirectional
+/// format characters such as U+202E: a name shown reversed) has each of
+/// them written as `%` and two hex digits per UTF-8 byte (`\n` → `%0A`,
+/// U+202E → `%E2%80%AE`), followed by `%~` and 16 hex digits of a hash of
+/// the component as it was, so that it never meets a component that holds
+/// that text literally. Others are returned as they are.
+fn escape_unshowable(c: &str) -> String {
+    let unshowable = |ch: char| ch.is_control() || crate::store::title::is_bidi_format(ch);
+    if !c.contains(unshowable) {
+        return c.to_string();
+    }
+    let mut out = String::with_capacity(c.len() + 24);
+    for ch in c.chars() {
+        if unshowable(ch) {
+            let mut buf = [0u8; 4];
+            for b in ch.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out.push_str(&format!("%~{:016x}", fnv1a(c.as_bytes())));
+    out
 }
 
 /// `s` made usable inside a file name: control characters and NUL become
@@ -201,6 +229,23 @@ pub fn link_name(prefix: &str, title: &str, tail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn components_that_would_show_wrong_are_escaped_apart() {
+        let newline = cwd_components(Some("/tmp/new\nline"));
+        assert_eq!(newline[0], "tmp");
+        assert!(newline[1].starts_with("new%0Aline%~"), "{newline:?}");
+        let reversed = cwd_components(Some("/r\u{202E}tl"));
+        assert!(reversed[0].starts_with("r%E2%80%AEtl%~"), "{reversed:?}");
+        // The literal text of an escape is another directory.
+        assert_eq!(cwd_components(Some("/tmp/new%0Aline"))[1], "new%0Aline");
+        assert_ne!(newline, cwd_components(Some("/tmp/new%0Aline")));
+        for c in newline.iter().chain(&reversed) {
+            assert!(
+                !c.contains(|ch: char| ch.is_control() || crate::store::title::is_bidi_format(ch))
+            );
+        }
+    }
 
     #[test]
     fn cwd_components_collapse_and_escape() {
