@@ -12,7 +12,10 @@
 //! * the same calls stored packed (`normal`), unpacked and raw render to
 //!   the same Markdown, session by session.
 //! * a line longer than `MAX_RENDERED_LINE` is listed with its length and
-//!   skipped, and the lines around it rendered.
+//!   skipped, and the lines around it rendered;
+//! * a user message nested deeper than serde_json goes (200 levels and
+//!   more) renders its text and gives the title; the events around it
+//!   render.
 
 mod common;
 
@@ -386,4 +389,61 @@ fn a_transcript_rewritten_in_place_by_a_longer_copy_is_rendered_again() {
         after == want,
         "the rendering of the rewritten transcript is not a fresh one"
     );
+}
+
+/// The lines of a raw transcript of `lines` after a header, and its
+/// fresh rendering.
+fn render_raw(lines: &[&str]) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("session.jsonl");
+    let header = r#"{"type":"session","version":0,"id":"deep","createdAt":1767614400000,"cwd":"/w","delegationDepth":0}"#;
+    let mut text = format!("{header}\n");
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    fs::write(&path, &text).unwrap();
+    let cache = Arc::new(FrameCache::new(1 << 20));
+    let t = Transcript::open_with(&path, Encoding::Raw, cache, None).unwrap();
+    assert_eq!(
+        sessionfs::store::title::scan_title(&t, 0, u64::MAX).unwrap(),
+        sessionfs::store::title::TitleScan::Found("hello deep".into()),
+    );
+    String::from_utf8(fresh(&t)).unwrap()
+}
+
+/// A content item holding a value nested 200 levels deep (the reference
+/// loads it; serde_json stops at 128): the message's text is rendered and
+/// is the title, and the events around it are rendered. The old renderer
+/// found no title in it and rendered nothing at all.
+#[test]
+fn a_user_message_nested_deeper_than_serde_json_goes_renders_its_text() {
+    for depth in [100, 200, 100_000] {
+        let deep = format!(
+            r#"{{"type":"user/message","seq":0,"time":1767614401000,"data":{{"content":[{{"type":"text","text":"hello deep","x":{}{}}}]}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let tool_deep = format!(
+            r#"{{"type":"tool/call","seq":2,"data":{{"turn":1,"step":1,"name":"read_file","callId":"c1","arguments":"{{}}","x":{}0{}}}}}"#,
+            "{\"a\":".repeat(depth),
+            "}".repeat(depth)
+        );
+        let after = r#"{"type":"user/message","seq":3,"data":{"content":[{"type":"text","text":"after it"}]}}"#;
+        let md = render_raw(&[
+            &deep,
+            r#"{"type":"step/start","seq":1,"data":{"turn":1,"step":1}}"#,
+            &tool_deep,
+            after,
+        ]);
+        assert!(md.starts_with("# hello deep\n"), "depth {depth}: {md}");
+        assert!(md.contains("\n\nhello deep\n\n"), "depth {depth}: {md}");
+        assert!(md.contains("### Step 1\n"), "depth {depth}: {md}");
+        assert!(
+            md.contains("**Tool call** `read_file` · `c1`\n"),
+            "depth {depth}: {md}"
+        );
+        assert!(md.ends_with("\n\nafter it\n\n"), "depth {depth}: {md}");
+        assert!(!md.contains("Rendering stopped"), "depth {depth}: {md}");
+    }
 }

@@ -170,9 +170,12 @@ pub fn user_message_title(line: &[u8]) -> Option<String> {
     memchr::memmem::find(line, b"\"user/message\"")?;
     // A lone surrogate escape, which serde_json refuses, is read as
     // `JSON.parse` shows it (U+FFFD).
-    let v: Value = serde_json::from_slice(line).ok().or_else(|| {
+    let v: Option<Value> = serde_json::from_slice(line).ok().or_else(|| {
         serde_json::from_slice(&crate::store::json::lone_surrogates_replaced(line)?).ok()
-    })?;
+    });
+    let Some(v) = v else {
+        return deep_user_message_title(line);
+    };
     if v.get("type").and_then(Value::as_str) != Some("user/message") {
         return None;
     }
@@ -181,6 +184,37 @@ pub fn user_message_title(line: &[u8]) -> Option<String> {
             .and_then(title_of_user_message)
             .unwrap_or_default(),
     )
+}
+
+/// [`user_message_title`] of a line serde_json refuses (nested deeper
+/// than its 128 levels, say) read by the store's iterative scanner, as
+/// `JSON.parse` reads it: the content blocks' texts are found through the
+/// member spans of its one scan ([`crate::store::json::parse_object_spans`],
+/// no recursion chosen by the line), whatever a member beside them holds.
+/// `None` when the line is not a JSON object or not a `user/message`.
+fn deep_user_message_title(line: &[u8]) -> Option<String> {
+    use crate::store::json::{parse_object_spans, Utf8};
+    let (members, spanned) = parse_object_spans(line, Utf8::Replace).ok()?;
+    if members.get("type").and_then(Value::as_str) != Some("user/message") {
+        return None;
+    }
+    let content = spanned.root().get("data").and_then(|d| d.get("content"));
+    let texts: Vec<String> = content
+        .map(|c| c.items())
+        .unwrap_or_default()
+        .iter()
+        .filter(|b| b.get("type").and_then(|t| t.string()).as_deref() == Some("text"))
+        .filter_map(|b| {
+            b.get("text")
+                .and_then(|t| t.string())
+                .map(|t| t.into_owned())
+        })
+        .collect();
+    Some(if texts.is_empty() {
+        String::new()
+    } else {
+        title_of_texts(texts.iter().map(String::as_str))
+    })
 }
 
 #[cfg(test)]

@@ -61,13 +61,13 @@ use serde::{Deserialize, Serialize};
 
 use json::{J, NULL};
 use markdown::{code, one_line};
-pub use reader::{parse_line, render_range, ParsedLine};
+pub use reader::{cut_deep, parse_line, render_range, ParsedLine, KEPT_LEVELS};
 use show::{content_blocks, request_header, todo_write, tool_call, tool_result, turn_end};
 
 /// Version of the rendering; a cached rendering of another version is
 /// rebuilt (3: control characters shown, lines deeper than serde_json
-/// goes rendered).
-pub const RENDER_FORMAT: u32 = 3;
+/// goes rendered; 4: deep lines read down to [`KEPT_LEVELS`] levels).
+pub const RENDER_FORMAT: u32 = 4;
 
 /// Lines of a tool result shown at most; the rest is summarized.
 pub const RESULT_MAX_LINES: usize = 40;

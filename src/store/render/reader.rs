@@ -24,30 +24,95 @@ pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
 ///
 /// - one holding a lone surrogate escape is read with each shown as
 ///   U+FFFD ([`super::super::json::lone_surrogates_replaced`]);
-/// - one nested deeper than serde_json goes (128 levels) is read by the
-///   store's iterative scanner ([`super::super::json`]): its top-level
-///   members, and `data` down to [`super::super::json::KEPT_DEPTH`]
-///   levels, deeper containers shown empty.
+/// - one nested deeper than serde_json goes (128 levels) is checked by the
+///   store's iterative scanner ([`super::super::json::parse_object`]),
+///   then read with every container deeper than [`KEPT_LEVELS`] levels
+///   shown empty ([`cut_deep`]): a message's text is read whatever a
+///   member beside it holds.
 ///
 /// The rendering goes on after either.
 pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
     J::parse(line).or_else(|e| {
-        if let Some(fixed) = super::super::json::lone_surrogates_replaced(line) {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&fixed) {
-                return Ok(J::from_value(v));
-            }
+        let first = e.to_string();
+        let fixed = super::super::json::lone_surrogates_replaced(line);
+        // The error that settles it: the fixed line's, when there is one.
+        let last = match &fixed {
+            Some(f) => match serde_json::from_slice::<serde_json::Value>(f) {
+                Ok(v) => return Ok(J::from_value(v)),
+                Err(e) => e.to_string(),
+            },
+            None => first.clone(),
+        };
+        if !last.starts_with("recursion limit exceeded") {
+            return Err(format!("the line is not valid JSON ({first})"));
         }
-        if e.to_string().starts_with("recursion limit exceeded") {
-            if let Ok(members) = super::super::json::parse_object_keeping(
-                line,
-                super::super::json::Utf8::Replace,
-                &["data"],
-            ) {
-                return Ok(J::from_value(serde_json::Value::Object(members)));
-            }
+        // Checked as `JSON.parse` reads it, without recursion, then read
+        // with its deep containers cut.
+        if let Err(e) = super::super::json::parse_object(line, super::super::json::Utf8::Replace) {
+            return Err(format!("the line is {e}"));
         }
-        Err(format!("the line is not valid JSON ({e})"))
+        let cut = cut_deep(fixed.as_deref().unwrap_or(line), KEPT_LEVELS);
+        serde_json::from_slice::<serde_json::Value>(&cut)
+            .map(J::from_value)
+            .map_err(|e| format!("the line is not valid JSON ({e})"))
     })
+}
+
+/// Levels of a line nested deeper than serde_json goes that are read (the
+/// line's object is level 1); deeper containers are shown empty. Below
+/// serde_json's limit of 128, so that reading, converting and dropping the
+/// value recurse at most this many times whatever the line holds.
+pub const KEPT_LEVELS: usize = 64;
+
+/// `line` (JSON text the store's scanner accepted) with every container
+/// that opens deeper than `levels` levels replaced by an empty one of its
+/// kind (`[]` or `{}`). Iterative: one pass over the bytes, no stack; the
+/// result is at most as long as `line`.
+pub fn cut_deep(line: &[u8], levels: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut depth = 0usize;
+    // Depth at which the container being skipped opened (0: none).
+    let mut skip_from = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in line {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            if skip_from == 0 {
+                out.push(b);
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if skip_from == 0 && depth > levels {
+                    skip_from = depth;
+                    out.extend_from_slice(if b == b'{' { b"{}" } else { b"[]" });
+                }
+            }
+            b'}' | b']' => {
+                if skip_from == depth {
+                    skip_from = 0;
+                    depth -= 1;
+                    continue;
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        if skip_from == 0 {
+            out.push(b);
+        }
+    }
+    out
 }
 
 /// Lines of a chunk parsed on a second thread when the chunk holds more

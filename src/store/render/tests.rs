@@ -257,3 +257,20 @@ fn control_characters_are_shown_not_sent() {
         "{md:?}"
     );
 }
+
+#[test]
+fn cut_deep_empties_containers_below_the_kept_levels_only() {
+    use super::cut_deep;
+    let line = br#"{"a":[["[{\"]",{"b":[1]}]],"c":{"d":{}}}"#;
+    assert_eq!(cut_deep(line, 8), line.to_vec());
+    assert_eq!(
+        String::from_utf8(cut_deep(line, 2)).unwrap(),
+        r#"{"a":[[]],"c":{"d":{}}}"#
+    );
+    assert_eq!(cut_deep(line, 1), br#"{"a":[],"c":{}}"#.to_vec());
+    // The text of a string holding brackets is kept whole.
+    assert_eq!(
+        String::from_utf8(cut_deep(br#"{"t":"]]}{","x":[[[]]]}"#, 2)).unwrap(),
+        r#"{"t":"]]}{","x":[[]]}"#
+    );
+}
