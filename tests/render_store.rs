@@ -12,7 +12,9 @@
 //! * the same calls stored packed (`normal`), unpacked and raw render to
 //!   the same Markdown, session by session.
 //! * a line longer than `MAX_RENDERED_LINE` is listed with its length and
-//!   skipped, and the lines around it rendered;
+//!   skipped, and the lines around it rendered; eight renderings at once
+//!   of transcripts whose last frame decodes to a 1 GiB line peak under
+//!   the README's 64 MiB (measured in a child process, `VmHWM`);
 //! * a user message nested deeper than serde_json goes (200 levels and
 //!   more) renders its text and gives the title; the events around it
 //!   render.
@@ -292,7 +294,8 @@ fn a_line_too_long_to_render_is_listed_and_skipped() {
     let offset = header.len() + user.len() + 2;
     assert!(
         md.contains(&format!(
-            "- line 3: {} bytes, too long to render here; read it in session.jsonl at byte {offset}\n",
+            "- line 3: {} bytes, not rendered (longer than the {MAX_RENDERED_LINE} bytes a line may have here); \
+             read it in session.jsonl at byte {offset}\n",
             long.len() + 1
         )),
         "{md}"
@@ -388,6 +391,115 @@ fn a_transcript_rewritten_in_place_by_a_longer_copy_is_rendered_again() {
     assert!(
         after == want,
         "the rendering of the rewritten transcript is not a fresh one"
+    );
+}
+
+/// One zstd frame decoding to `blocks` RLE blocks of 128 KiB of `a`, then
+/// `\n` (FORMAT.md: frames are independent standard zstd frames): a line
+/// of `blocks` × 128 KiB bytes in a frame of about 4 bytes a block. The
+/// frame header gives no content size and a 128 KiB window.
+fn rle_line_frame(blocks: usize) -> Vec<u8> {
+    let mut f = vec![0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x38];
+    let rle = (128u32 << 10) << 3 | 1 << 1; // size, type RLE, not last
+    for _ in 0..blocks {
+        f.extend_from_slice(&rle.to_le_bytes()[..3]);
+        f.push(b'a');
+    }
+    let raw_last = 1u32 << 3 | 1; // one raw byte, last block
+    f.extend_from_slice(&raw_last.to_le_bytes()[..3]);
+    f.push(b'\n');
+    f
+}
+
+/// The peak resident memory of this process in KiB (`VmHWM` of
+/// /proc/self/status).
+fn vm_hwm_kib() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("no VmHWM in /proc/self/status")
+}
+
+/// Sessions rendered at once by [`huge_lines_rendered_at_once_child`].
+const HUGE_SESSIONS: usize = 8;
+
+/// Run in a child process by
+/// [`renderings_of_1_gib_lines_at_once_stay_within_the_memory_budget`]
+/// (its own peak RSS): eight transcripts of a few frames whose last frame
+/// (about 32 KiB) decodes to one 1 GiB line, rendered at once on eight
+/// threads as a mount would (`Rendering`, an 8 MiB frame cache shared).
+/// Prints `peak VmHWM before: N KiB` and `peak VmHWM after: N KiB`.
+#[test]
+#[ignore = "run in a child process by renderings_of_1_gib_lines_at_once_stay_within_the_memory_budget"]
+fn huge_lines_rendered_at_once_child() {
+    let tmp = tempfile::tempdir().unwrap();
+    let huge = rle_line_frame(8192);
+    let mut paths = Vec::new();
+    for i in 0..HUGE_SESSIONS {
+        let path = tmp.path().join(format!("s{i}.jsonl.zstd"));
+        let header = format!(
+            r#"{{"type":"session","version":0,"id":"huge-{i}","createdAt":1767614400000,"cwd":"/w","delegationDepth":0}}"#
+        );
+        let user = r#"{"type":"user/message","seq":0,"data":{"content":[{"type":"text","text":"before the huge line"}]}}"#;
+        let mut bytes = encode_frame(format!("{header}\n").as_bytes()).unwrap();
+        bytes.extend_from_slice(&encode_frame(format!("{user}\n").as_bytes()).unwrap());
+        bytes.extend_from_slice(&huge);
+        fs::write(&path, &bytes).unwrap();
+        paths.push(path);
+    }
+    let cache = Arc::new(FrameCache::new(8 << 20));
+    let before = vm_hwm_kib();
+    let mds: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = paths
+            .iter()
+            .map(|path| {
+                let cache = Arc::clone(&cache);
+                scope.spawn(move || {
+                    let t = Transcript::open_with(path, Encoding::Zstd, cache, None).unwrap();
+                    let r = Rendering::open(&t, None).unwrap();
+                    let len = r.catch_up(&t).unwrap();
+                    String::from_utf8(r.read(&t, 0, len as u32).unwrap()).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let after = vm_hwm_kib();
+    for md in &mds {
+        assert!(md.starts_with("# before the huge line\n"), "{md}");
+        assert!(
+            md.contains(&format!("- line 3: {} bytes, ", (1u64 << 30) + 1))
+                && md.contains("read it in session.jsonl at byte "),
+            "{md}"
+        );
+    }
+    eprintln!("peak VmHWM before: {before} KiB");
+    eprintln!("peak VmHWM after: {after} KiB");
+}
+
+/// The README's memory budget: a rendering holds a bounded part of one
+/// line, and renderings at once share a bound. The old renderer carried
+/// up to 64 MiB of each line: eight such renderings at once peaked at
+/// hundreds of MiB.
+#[test]
+fn renderings_of_1_gib_lines_at_once_stay_within_the_memory_budget() {
+    let stderr = common::run_test_in_child("huge_lines_rendered_at_once_child", true, &[]);
+    let figure = |what: &str| -> u64 {
+        stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(what))
+            .and_then(|v| v.trim().trim_end_matches("KiB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{what}` in the child's output: {stderr}"))
+    };
+    let before = figure("peak VmHWM before:");
+    let after = figure("peak VmHWM after:");
+    eprintln!("{HUGE_SESSIONS} renderings of a 1 GiB line at once: VmHWM {before} KiB before, {after} KiB after");
+    assert!(
+        after < 64 * 1024,
+        "{HUGE_SESSIONS} renderings at once peaked at {after} KiB (before: {before} KiB): \
+         over the README's 64 MiB budget"
     );
 }
 

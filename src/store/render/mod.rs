@@ -61,21 +61,25 @@ use serde::{Deserialize, Serialize};
 
 use json::{J, NULL};
 use markdown::{code, one_line};
-pub use reader::{cut_deep, parse_line, render_range, ParsedLine, KEPT_LEVELS};
+pub use reader::{cut_deep, parse_line, render_range, ParsedLine, KEPT_LEVELS, LONG_LINES_AT_ONCE};
 use show::{content_blocks, request_header, todo_write, tool_call, tool_result, turn_end};
 
 /// Version of the rendering; a cached rendering of another version is
 /// rebuilt (3: control characters shown, lines deeper than serde_json
-/// goes rendered; 4: deep lines read down to [`KEPT_LEVELS`] levels).
+/// goes rendered; 4: lines over 4 MiB listed, deep lines read down to
+/// [`KEPT_LEVELS`] levels).
 pub const RENDER_FORMAT: u32 = 4;
 
 /// Lines of a tool result shown at most; the rest is summarized.
 pub const RESULT_MAX_LINES: usize = 40;
 /// Bytes of a tool result shown at most; the rest is summarized.
 pub const RESULT_MAX_BYTES: usize = 16 * 1024;
-/// Longest line rendered (bytes); a longer line is listed with its length
-/// and skipped, so memory stays bounded whatever the transcript holds.
-pub const MAX_RENDERED_LINE: usize = 64 << 20;
+/// Longest line rendered, in bytes without its newline (4 MiB); a longer
+/// line is listed with its length and skipped without being held (read
+/// over in chunks), so memory stays bounded whatever the transcript
+/// holds. Renderings holding a line longer than a read chunk (512 KiB) at
+/// once are limited ([`LONG_LINES_AT_ONCE`]).
+pub const MAX_RENDERED_LINE: usize = 4 << 20;
 
 /// The header facts shown (FORMAT.md, the header line).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -261,7 +265,7 @@ impl Renderer {
             push(
                 out,
                 &format!(
-                    "- line {number}: {len} bytes, too long to render here; read it in session.jsonl at byte {}\n\n",
+                    "- line {number}: {len} bytes, not rendered (longer than the {MAX_RENDERED_LINE} bytes a line may have here); read it in session.jsonl at byte {}\n\n",
                     self.state.plain_offset
                 ),
             );

@@ -175,7 +175,11 @@ fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
 /// Renders the lines of `t`'s view from where `renderer` stands up to view
 /// offset `to` (a line boundary), handing the Markdown to `sink` piece by
 /// piece (about one read chunk at a time: memory stays bounded). A frame
-/// that fails to decode stops the rendering (the stop is rendered).
+/// that fails to decode stops the rendering (the stop is rendered). A
+/// line longer than [`MAX_RENDERED_LINE`] is read over, never held; one
+/// longer than a read chunk (512 KiB) is held only with one of the
+/// process's [`LONG_LINES_AT_ONCE`] permits, which this call may wait for
+/// (until another rendering is done with its long line).
 ///
 /// While the renderer needs the title ([`Renderer::needs_title`]), the
 /// view up to `to` is first searched for it ([`scan_title`], from where an
@@ -207,6 +211,8 @@ pub fn render_range(
     }
     let mut out = Vec::new();
     let mut carry: Vec<u8> = Vec::new();
+    // Held while `carry` is longer than a read chunk (see [`LongLine`]).
+    let mut permit: Option<LongLine> = None;
     // Bytes of an oversized line skipped so far (0: none).
     let mut skipping: u64 = 0;
     let mut at = renderer.state().plain_offset;
@@ -244,12 +250,15 @@ pub fn render_range(
                     skipping = 0;
                 } else if carry.len() + nl > MAX_RENDERED_LINE {
                     renderer.oversized_line((carry.len() + nl + 1) as u64, &mut out);
-                    carry = Vec::new();
                 } else {
+                    if carry.len() + nl > READ_CHUNK as usize && permit.is_none() {
+                        permit = Some(LongLine::take());
+                    }
                     carry.extend_from_slice(&rest[..nl]);
                     renderer.line(&carry, &mut out);
-                    carry.clear();
                 }
+                // The line's memory goes before its permit does.
+                carry = Vec::new();
                 rest = &rest[nl + 1..];
             }
         }
@@ -263,17 +272,67 @@ pub fn render_range(
         if skipping > 0 {
             skipping += rest.len() as u64;
         } else if carry.len() + rest.len() > MAX_RENDERED_LINE {
+            // Streamed over from here on: never held whole.
             skipping = (carry.len() + rest.len()) as u64;
             carry = Vec::new();
         } else {
+            if carry.len() + rest.len() > READ_CHUNK as usize && permit.is_none() {
+                permit = Some(LongLine::take());
+            }
             carry.extend_from_slice(rest);
         }
         if !out.is_empty() {
             sink(&out).map_err(sink_err)?;
             out.clear();
         }
+        if out.capacity() > 2 * READ_CHUNK as usize {
+            // The Markdown of a long line is not kept past its permit.
+            out = Vec::new();
+        }
+        if carry.len() <= READ_CHUNK as usize {
+            permit = None;
+        }
     }
+    drop(permit);
     sink(&out).map_err(sink_err)
+}
+
+/// Renderings of the whole process that may hold a line longer than a
+/// read chunk ([`READ_CHUNK`], up to [`MAX_RENDERED_LINE`]) at once: the
+/// others wait for one to finish its line, so that the memory of
+/// renderings running at once stays bounded (about three times
+/// [`MAX_RENDERED_LINE`] each: the line, its parse, its Markdown).
+pub const LONG_LINES_AT_ONCE: usize = 2;
+
+/// Long lines being held ([`LONG_LINES_AT_ONCE`] at most).
+static LONG_LINES: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static LONG_LINE_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// The right to hold one line longer than a read chunk, given back on
+/// drop. A rendering takes at most one, and only while it holds none, so
+/// that renderings waiting for one another cannot deadlock.
+struct LongLine;
+
+impl LongLine {
+    /// Waits until fewer than [`LONG_LINES_AT_ONCE`] long lines are held.
+    fn take() -> LongLine {
+        let mut held = LONG_LINES.lock().unwrap_or_else(|p| p.into_inner());
+        while *held >= LONG_LINES_AT_ONCE {
+            held = LONG_LINE_FREED
+                .wait(held)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        *held += 1;
+        LongLine
+    }
+}
+
+impl Drop for LongLine {
+    fn drop(&mut self) {
+        let mut held = LONG_LINES.lock().unwrap_or_else(|p| p.into_inner());
+        *held = held.saturating_sub(1);
+        LONG_LINE_FREED.notify_one();
+    }
 }
 
 fn memchr_nl(s: &[u8]) -> Option<usize> {
