@@ -288,6 +288,27 @@ f.close()
     )
 }
 
+/// The decoded text of the transcript at `path` and the `seq` its next
+/// event line continues with.
+fn text_and_next_seq(path: &Path) -> (Vec<u8>, u64) {
+    let text = zstd_dc(path);
+    let last: serde_json::Value =
+        serde_json::from_slice(text.split(|&b| b == b'\n').rev().nth(1).unwrap()).unwrap();
+    let seq = last["seq"].as_u64().unwrap() + 1;
+    (text, seq)
+}
+
+/// `sessionfs append` exited 1 saying `why`, and the transcript at `path`
+/// still decodes to `before`.
+fn assert_refused(out: &Output, why: &str, path: &Path, before: &[u8], what: &str) {
+    assert_exit(out, 1, what);
+    assert!(stderr(out).contains(why), "{what}: {}", stderr(out));
+    assert!(
+        zstd_dc(path) == before,
+        "{what}: the refused line changed the store"
+    );
+}
+
 /// A line of `len` bytes, its newline included: an ignorable note with
 /// `seq`, padded.
 fn padded_note(seq: u64, len: usize) -> String {
@@ -309,23 +330,17 @@ fn padded_note(seq: u64, len: usize) -> String {
 fn append_refuses_a_line_over_16_mib_and_takes_one_of_16_mib() {
     let (_tmp, root) = common::corpus_copy("normal");
     let path = transcript(&root, "Session-A");
-    let before = zstd_dc(&path);
-    let last: serde_json::Value =
-        serde_json::from_slice(before.split(|&b| b == b'\n').rev().nth(1).unwrap()).unwrap();
-    let seq = last["seq"].as_u64().unwrap() + 1;
+    let (before, seq) = text_and_next_seq(&path);
     let limit = 16 << 20;
     let long = padded_note(seq, limit + 1);
     assert_eq!(long.len(), limit + 1);
     let out = append(&root, "Session-A", &long);
-    assert_exit(&out, 1, "a line of 16 MiB + 1");
-    assert!(
-        stderr(&out).contains("longer than 16777216 bytes"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        zstd_dc(&path) == before,
-        "the refused line changed the store"
+    assert_refused(
+        &out,
+        "longer than 16777216 bytes",
+        &path,
+        &before,
+        "a line of 16 MiB + 1",
     );
     let exact = padded_note(seq, limit);
     assert_exit(&append(&root, "Session-A", &exact), 0, "a line of 16 MiB");
@@ -362,20 +377,14 @@ fn deep_note(seq: u64, depth: usize) -> String {
 fn append_refuses_a_line_nested_deeper_than_the_reference_loads() {
     let (_tmp, root) = common::corpus_copy("normal");
     let path = transcript(&root, "Session-A");
-    let before = zstd_dc(&path);
-    let last: serde_json::Value =
-        serde_json::from_slice(before.split(|&b| b == b'\n').rev().nth(1).unwrap()).unwrap();
-    let seq = last["seq"].as_u64().unwrap() + 1;
+    let (before, seq) = text_and_next_seq(&path);
     let out = append(&root, "Session-A", &deep_note(seq, 1_001));
-    assert_exit(&out, 1, "a line 1,001 levels deep");
-    assert!(
-        stderr(&out).contains("1001 levels deep"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        zstd_dc(&path) == before,
-        "the refused line changed the store"
+    assert_refused(
+        &out,
+        "1001 levels deep",
+        &path,
+        &before,
+        "a line 1,001 levels deep",
     );
     let taken = deep_note(seq, 1_000);
     assert_exit(

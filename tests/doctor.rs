@@ -331,6 +331,16 @@ fn a_header_frame_with_a_large_window_is_named_for_its_window() {
     assert_window_finding_only(&report, &root);
 }
 
+/// The oracle's report `after` loads the session `splitcase` with
+/// `events` events (`what` names the case in the message).
+fn assert_splitcase_events(after: &Value, events: u64, what: &str) {
+    assert_eq!(
+        oracle::oracle_session(after, "splitcase")["load"]["eventCount"].as_u64(),
+        Some(events),
+        "{what}: {after}"
+    );
+}
+
 /// Every session the oracle finds with a transcript loads, except those
 /// refused only for content (`allowed_refusals`, by id).
 fn assert_oracle_loads(root: &Path, allowed_refusals: &[&str]) -> Value {
@@ -1958,11 +1968,7 @@ fn a_whole_last_record_without_its_newline_is_ended() {
         );
         let after = assert_oracle_loads(&root, &[]);
         let events = want.lines().count() as u64 - 1;
-        assert_eq!(
-            oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
-            Some(events),
-            "{what}: {after}"
-        );
+        assert_splitcase_events(&after, events, what);
         let (code, report) = doctor_json(tmp.path(), &root, &[]);
         assert_eq!(code, 0, "{what}: clean after one repair: {report}");
     }
@@ -2091,11 +2097,7 @@ fn a_header_split_across_frames_is_joined_into_its_own_frame() {
             "the header alone in the first frame"
         );
         let after = oracle::report(&root);
-        assert_eq!(
-            oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
-            Some(6),
-            "{after}"
-        );
+        assert_splitcase_events(&after, 6, "");
         let (code, report) = doctor_json(tmp.path(), &root, &[]);
         assert_eq!(code, 0, "clean after one repair: {report}");
     }
@@ -2197,11 +2199,7 @@ fn header_line_fragments_are_ended_or_cut_and_the_session_stays() {
             run.display()
         );
         let after = assert_oracle_loads(&root, &[]);
-        assert_eq!(
-            oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
-            Some(4),
-            "{what}: {after}"
-        );
+        assert_splitcase_events(&after, 4, what);
         let (code, report) = doctor_json(tmp.path(), &root, &[]);
         assert_eq!(code, 0, "{what}: clean after one repair: {report}");
     }
@@ -2263,11 +2261,7 @@ fn split_lines_before_a_torn_tail_are_joined_in_one_repair() {
     );
     assert!(fs::read(&transcript).unwrap().starts_with(&frames[0]));
     let after = oracle::report(&root);
-    assert_eq!(
-        oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
-        Some(3),
-        "{after}"
-    );
+    assert_splitcase_events(&after, 3, "");
 }
 
 /// A split line before a second history: the join re-frames the file,
@@ -2298,11 +2292,7 @@ fn a_split_line_and_a_second_history_are_both_repaired() {
     let forks = fork_dirs(&project, "splitcase");
     assert_eq!(forks.len(), 1, "{report}");
     let after = assert_oracle_loads(&root, &[]);
-    assert_eq!(
-        oracle::oracle_session(&after, "splitcase")["load"]["eventCount"].as_u64(),
-        Some(6),
-        "{after}"
-    );
+    assert_splitcase_events(&after, 6, "");
     let check = sessionfs(tmp.path(), &["check".as_ref(), root.as_os_str()]);
     assert!(
         check.status.success(),

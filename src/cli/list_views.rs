@@ -285,7 +285,8 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text:?}");
-        assert_eq!(lines[1], "  a\\nb/");
+        // The component itself is escaped (store/views/names.rs).
+        assert_eq!(lines[1], "  a%0Ab%~e5beb1190415e670/");
         assert_eq!(
             lines[2],
             "    2026-01-06 03-30-00 line\\u{1b}one 12345678 -> --a-b--/s_12345678"
