@@ -2653,3 +2653,91 @@ fn a_last_line_over_16_mib_is_reported() {
 fn frame_len(bytes: &[u8]) -> usize {
     zstd::zstd_safe::find_frame_compressed_size(bytes).unwrap()
 }
+
+/// A second writer's last line repeating the `seq` before it (tester
+/// finding, helper 35), that line nested 1,000,000 levels deep or 15 or
+/// 17 MiB in one frame: `--repair` either completes (the transcript keeps
+/// the first history byte for byte, the fork holds the other line) or
+/// leaves the store byte for byte, forks nothing and says what to do
+/// instead of the same command. No line is parsed recursively, and a
+/// frame too large to decode whole is streamed.
+#[test]
+fn a_deep_or_long_divergent_last_line_is_forked_or_left_in_place() {
+    // `data.extra` set to `value` (JSON text) in `line`.
+    fn with_data(line: &str, value: &str) -> String {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        v["data"]["extra"] = "EXTRA".into();
+        serde_json::to_string(&v)
+            .unwrap()
+            .replacen("\"EXTRA\"", value, 1)
+    }
+    let deep = |line: &str| {
+        let n = 1_000_000;
+        with_data(line, &format!("{}{}", "[".repeat(n), "]".repeat(n)))
+    };
+    let long =
+        |mib: usize| move |line: &str| with_data(line, &format!("\"{}\"", "x".repeat(mib << 20)));
+    type Make = Box<dyn Fn(&str) -> String>;
+    let cases: [(&str, Make, bool); 3] = [
+        ("1,000,000 levels", Box::new(deep), false),
+        ("15 MiB", Box::new(long(15)), true),
+        ("17 MiB", Box::new(long(17)), true),
+    ];
+    for (what, make, forked) in cases {
+        let (tmp, root, original, k, t, head) = two_writer_case();
+        let id = "Session-A";
+        let path = root.join(APP).join(id).join("session.jsonl.zstd");
+        let mut bytes = head;
+        bytes.extend(frame(&format!("{}\n", original[k + 1])));
+        let committed = bytes.len();
+        let b = make(&other_writer(&original[k + 1], t));
+        bytes.extend(frame(&format!("{b}\n")));
+        fs::write(&path, &bytes).unwrap();
+        let before = tree_bytes(&root);
+        let (_, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        let rel = format!("{APP}/{id}/session.jsonl.zstd");
+        let f = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"].as_str().unwrap().ends_with(&rel) && f["kind"] == "seq_duplicate")
+            .unwrap_or_else(|| panic!("{what}: no seq_duplicate: {report}"))
+            .clone();
+        let forks = fork_dirs(&root.join(APP), id);
+        if forked {
+            assert!(f["done"].is_string(), "{what}: {f}");
+            assert_eq!(fs::read(&path).unwrap(), bytes[..committed], "{what}");
+            assert_eq!(forks.len(), 1, "{what}: {forks:?}");
+            let got = lines_of(&forks[0].join("session.jsonl.zstd"));
+            let last: Value = serde_json::from_str(got.last().unwrap()).unwrap();
+            let want: Value = serde_json::from_str(&b).unwrap();
+            assert_eq!(last["data"], want["data"], "{what}");
+            assert_eq!(last["seq"], t + 1, "{what}");
+        } else {
+            assert!(f["done"].is_null(), "{what}: {f}");
+            assert!(forks.is_empty(), "{what}: a fork was left: {forks:?}");
+            let fix = f["fix"].as_str().unwrap();
+            assert!(
+                fix.contains("by hand") && fix.contains("left"),
+                "{what}: the fix: {fix}"
+            );
+            assert!(
+                !fix.contains("recursion") && fix.contains("levels deep"),
+                "{what}: {fix}"
+            );
+            let after = tree_bytes(&root);
+            let quarantine = report["quarantine"].as_str().map(PathBuf::from);
+            let changed: Vec<&PathBuf> = after
+                .keys()
+                .chain(before.keys())
+                .filter(|p| before.get(*p) != after.get(*p))
+                .filter(|p| {
+                    quarantine
+                        .as_ref()
+                        .is_none_or(|q| !root.join(p).starts_with(q))
+                })
+                .collect();
+            assert!(changed.is_empty(), "{what}: the store changed: {changed:?}");
+        }
+    }
+}

@@ -63,6 +63,11 @@ impl<'l> Val<'l> {
         &self.line.text[self.start..self.end]
     }
 
+    /// The value's byte span `[start, end)` in [`Spanned::text`].
+    pub fn span(&self) -> (usize, usize) {
+        (self.start, self.end)
+    }
+
     fn first(&self) -> Option<u8> {
         self.raw().as_bytes().first().copied()
     }

@@ -4,10 +4,11 @@
 //! seedLength) come first, then a `session/end-seed` event at `seq` =
 //! seedLength, then the divergent events renumbered after it.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::super::header::Header;
+use super::super::json::{parse_object, parse_object_spans, Utf8};
 use super::super::naming::encode_id;
 
 /// The longest encoded session directory name the reference reads back.
@@ -46,6 +47,9 @@ pub fn line_span(line: &[u8]) -> Option<(u64, u64)> {
 /// history's lines after the common part. The fork's `createdAt` is the
 /// time of its last seed event (the same bytes on every run).
 ///
+/// The divergent lines keep their bytes but for their `seq` (or `seq0`)
+/// value; no line is parsed recursively, so any nesting depth is read.
+///
 /// Errors: a line that is not a JSON object with a `seq` (or `seq0`).
 pub fn fork_lines(
     parent: &Header,
@@ -57,8 +61,9 @@ pub fn fork_lines(
     let mut next = 0u64;
     let mut last_time = parent.created_at_ms;
     for line in seed {
-        let v: Map<String, Value> =
-            serde_json::from_slice(line).map_err(|e| format!("a seed line: {e}"))?;
+        // Top-level members only (json.rs scans without recursion, at any
+        // depth).
+        let v = parse_object(line, Utf8::Replace).map_err(|e| format!("a seed line: {e}"))?;
         let (first, n) = line_span(line).ok_or("a seed line without seq")?;
         if first != next {
             return Err(format!("the seed is not contiguous at seq {first}"));
@@ -82,16 +87,9 @@ pub fn fork_lines(
     events.push(b'\n');
     next = seed_len + 1;
     for line in divergent {
-        let mut v: Map<String, Value> =
-            serde_json::from_slice(line).map_err(|e| format!("a divergent line: {e}"))?;
         let (_, n) = line_span(line).ok_or("a divergent line without seq")?;
-        if v.contains_key("seq") {
-            v.insert("seq".into(), Value::from(next));
-        } else {
-            v.insert("seq0".into(), Value::from(next));
-        }
+        events.extend(renumbered(line, next)?);
         next += n;
-        events.extend(serde_json::to_vec(&v).map_err(|e| e.to_string())?);
         events.push(b'\n');
     }
     let mut h = parent.fields.clone();
@@ -106,9 +104,52 @@ pub fn fork_lines(
     Ok((header, events))
 }
 
+/// `line` (without its `\n`) with the value of its top-level `seq` (an
+/// event) or `seq0` (a packed row) replaced by `seq`; every other byte
+/// kept (a line that is not UTF-8 as read, with U+FFFD replacement). The
+/// last of repeated keys is the one replaced, the one `JSON.parse` keeps.
+///
+/// Errors: the line is not a JSON object, or has neither key.
+fn renumbered(line: &[u8], seq: u64) -> Result<Vec<u8>, String> {
+    let (map, spanned) =
+        parse_object_spans(line, Utf8::Replace).map_err(|e| format!("a divergent line: {e}"))?;
+    let key = if map.contains_key("seq") {
+        "seq"
+    } else {
+        "seq0"
+    };
+    let (start, end) = spanned
+        .root()
+        .get(key)
+        .map(|v| v.span())
+        .ok_or("a divergent line without seq")?;
+    let text = spanned.text().as_bytes();
+    let mut out = Vec::with_capacity(text.len() + 20);
+    out.extend_from_slice(&text[..start]);
+    out.extend_from_slice(seq.to_string().as_bytes());
+    out.extend_from_slice(&text[end..]);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_divergent_line_keeps_its_bytes_but_its_seq_at_any_depth() {
+        assert_eq!(
+            renumbered(br#"{"type":"t","seq":4,"data":{"seq":1},"seq":5 }"#, 9).unwrap(),
+            br#"{"type":"t","seq":4,"data":{"seq":1},"seq":9 }"#
+        );
+        let deep = format!(
+            r#"{{"type":"t","seq":3,"data":{}{}}}"#,
+            "[".repeat(200_000),
+            "]".repeat(200_000)
+        );
+        let got = renumbered(deep.as_bytes(), 12).unwrap();
+        assert_eq!(got, deep.replace(r#""seq":3"#, r#""seq":12"#).as_bytes());
+        assert!(renumbered(br#"{"type":"t"}"#, 1).is_err());
+    }
 
     #[test]
     fn fork_ids_fit() {

@@ -254,8 +254,22 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
                 }
                 _ => continue,
             };
+            let split = matches!(f.kind, Kind::SeqDuplicate | Kind::InterleavedWriters);
             match done {
                 Ok(t) => scan.files[fi].findings[k].done = Some(t),
+                // A split that failed on what the file holds (not on a
+                // change since the scan) fails again the same way: the fix
+                // says what to do instead. It published nothing (the fork
+                // is published after every other input is read).
+                Err(e) if split && !e.to_string().starts_with(CHANGED) => {
+                    let shown = super::super::error::ShellArg(&path).to_string();
+                    scan.files[fi].findings[k].fix = format!(
+                        "split it by hand: `sessionfs doctor --repair` cannot ({e}) and left \
+                         {shown} and the store as they were (`zstd -dc {shown}` shows the \
+                         lines in the order they were written; each writer's batches are \
+                         whole frames)"
+                    );
+                }
                 Err(e) => {
                     let fix = &mut scan.files[fi].findings[k].fix;
                     *fix = format!("{fix} (the repair failed: {e})");
@@ -265,6 +279,10 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
     }
     run.folder()
 }
+
+/// How every error of a repair that met a file changed since its scan
+/// starts (running the doctor again finds it as it is now).
+const CHANGED: &str = "the file changed since the scan";
 
 /// The order in which the repairs of one transcript run: the end of the
 /// file first (a torn tail or garbage cut, so that the file is complete
@@ -318,6 +336,22 @@ fn decoded(bytes: &[u8], f: &super::super::frame::FrameInfo) -> std::io::Result<
             format!("the frame at byte {offset} does not decode ({reason})"),
         ),
     })
+}
+
+/// The decoded length (bytes) of the data frame `f` of `bytes`, streamed
+/// through [`super::super::decode`] (a frame too large to decode whole is
+/// counted, never held), or an error that names the frame.
+fn decoded_len(bytes: &[u8], f: &super::super::frame::FrameInfo) -> std::io::Result<u64> {
+    let failed = |offset: u64, reason: String| {
+        std::io::Error::other(format!(
+            "the frame at byte {offset} does not decode ({reason})"
+        ))
+    };
+    let mut reader = super::super::decode::open(bytes, f).map_err(|e| match e {
+        super::super::frame::FrameError::Io(e) => e,
+        super::super::frame::FrameError::Corrupt { offset, reason } => failed(offset, reason),
+    })?;
+    std::io::copy(&mut reader, &mut std::io::sink()).map_err(|e| failed(f.offset, e.to_string()))
 }
 
 /// Sets the fix of every finding about a symbolic link to say that the
@@ -927,16 +961,8 @@ fn publish_fork(
 fn seed_before<'a>(all: &[&'a [u8]], seq: u64) -> Vec<&'a [u8]> {
     all.iter()
         .skip(1)
-        .take_while(|l| {
-            serde_json::from_slice::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| {
-                    v.get("seq")
-                        .or_else(|| v.get("seq0"))
-                        .and_then(|s| s.as_u64())
-                })
-                .is_some_and(|s| s < seq)
-        })
+        // Read as the store reads lines (json.rs: no recursion, any depth).
+        .take_while(|l| super::fork::line_span(l).is_some_and(|(s, _)| s < seq))
         .copied()
         .collect()
 }
@@ -975,13 +1001,8 @@ fn fork_conflict(run: &mut Run, scan: &Scan, layout_index: usize) -> std::io::Re
     let mut text = "the copy holds nothing the transcript lacks".to_string();
     let mut made = None;
     if same < a.len() {
-        let first_seq = serde_json::from_slice::<serde_json::Value>(a[same])
-            .ok()
-            .and_then(|v| {
-                v.get("seq")
-                    .or_else(|| v.get("seq0"))
-                    .and_then(|s| s.as_u64())
-            })
+        let first_seq = super::fork::line_span(a[same])
+            .map(|(s, _)| s)
             .ok_or_else(|| std::io::Error::other("the copy's first divergent line has no seq"))?;
         let seed = seed_before(&b, first_seq);
         let fork = publish_fork(
@@ -1089,12 +1110,11 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
         ));
     }
     let seed = seed_before(&all, split.seq);
-    let fork = publish_fork(&scan.root, enc, &parent, &text[cut..], &seed, &other)?;
-    run.keep(&file.path, "rewritten", Some(fork.clone()))?;
-    // The new file: the original bytes up to the frame holding the cut
-    // (found in the file as it is now: an earlier repair of this run may
-    // have re-framed it, keeping its decoded bytes), then the rest of the
-    // first history re-encoded.
+    // The new file, made before anything is published (a step that fails
+    // leaves the store as it was): the original bytes up to the frame
+    // holding the cut (found in the file as it is now: an earlier repair
+    // of this run may have re-framed it, keeping its decoded bytes), then
+    // the rest of the first history re-encoded.
     let mut bytes = std::fs::read(&file.path)?;
     let (frame_at, prefix_plain) = frame_holding(&bytes, enc, cut)?;
     bytes.truncate(frame_at);
@@ -1109,6 +1129,8 @@ fn split_seq(run: &mut Run, scan: &Scan, fi: usize, enc: Encoding) -> std::io::R
             Encoding::Raw => bytes.extend_from_slice(&tail),
         }
     }
+    let fork = publish_fork(&scan.root, enc, &parent, &text[cut..], &seed, &other)?;
+    run.keep(&file.path, "rewritten", Some(fork.clone()))?;
     publish_over(&file.path, &bytes)?;
     drop(fh);
     Ok(format!(
@@ -1134,7 +1156,7 @@ fn frame_holding(bytes: &[u8], enc: Encoding, plain_at: usize) -> std::io::Resul
         if !matches!(f.kind, super::super::frame::FrameKind::Data { .. }) {
             continue;
         }
-        let n = decoded(bytes, &f)?.len();
+        let n = decoded_len(bytes, &f)? as usize;
         if plain + n > plain_at {
             return Ok((f.offset as usize, plain));
         }
