@@ -331,6 +331,18 @@ fn a_header_frame_with_a_large_window_is_named_for_its_window() {
     assert_window_finding_only(&report, &root);
 }
 
+/// The reference's load of the session `splitcase` under `root` fails on
+/// a torn record ("complete frame contains a torn JSONL record").
+fn assert_splitcase_torn(root: &Path, what: &str) {
+    let before = oracle::report(root);
+    assert!(
+        oracle::oracle_session(&before, "splitcase")["load"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("torn JSONL record")),
+        "{what}: {before}"
+    );
+}
+
 /// The oracle's report `after` loads the session `splitcase` with
 /// `events` events (`what` names the case in the message).
 fn assert_splitcase_events(after: &Value, events: u64, what: &str) {
@@ -1923,13 +1935,7 @@ fn a_whole_last_record_without_its_newline_is_ended() {
         };
         let original = [kept.clone(), tail].concat();
         fs::write(&transcript, &original).unwrap();
-        let before = oracle::report(&root);
-        assert!(
-            oracle::oracle_session(&before, "splitcase")["load"]["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("torn JSONL record")),
-            "{what}: {before}"
-        );
+        assert_splitcase_torn(&root, what);
 
         let (code, report) = doctor_json(tmp.path(), &root, &[]);
         assert_eq!(code, 1, "{what}: {report}");
@@ -2222,13 +2228,7 @@ fn split_lines_before_a_torn_tail_are_joined_in_one_repair() {
     let mut bytes = frames.concat();
     bytes.truncate(bytes.len() - 15);
     fs::write(&transcript, &bytes).unwrap();
-    let before = oracle::report(&root);
-    assert!(
-        oracle::oracle_session(&before, "splitcase")["load"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("torn JSONL record")),
-        "{before}"
-    );
+    assert_splitcase_torn(&root, "");
 
     let (code, report) = doctor_json(tmp.path(), &root, &[]);
     assert_eq!(code, 1, "{report}");
