@@ -331,6 +331,19 @@ fn a_header_frame_with_a_large_window_is_named_for_its_window() {
     assert_window_finding_only(&report, &root);
 }
 
+/// The run's quarantine folder named in `report` holds a file equal to
+/// `original` (`what` names the case in the message).
+fn assert_original_in_quarantine(report: &Value, original: &[u8], what: &str) {
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    assert!(
+        walk_files(&run)
+            .iter()
+            .any(|p| fs::read(p).is_ok_and(|b| b == original)),
+        "{what}: the original is in {}",
+        run.display()
+    );
+}
+
 /// The reference's load of the session `splitcase` under `root` fails on
 /// a torn record ("complete frame contains a torn JSONL record").
 fn assert_splitcase_torn(root: &Path, what: &str) {
@@ -1964,14 +1977,7 @@ fn a_whole_last_record_without_its_newline_is_ended() {
             stored.starts_with(&unchanged),
             "{what}: earlier frames kept"
         );
-        let run = PathBuf::from(report["quarantine"].as_str().unwrap());
-        assert!(
-            walk_files(&run)
-                .iter()
-                .any(|p| fs::read(p).is_ok_and(|b| b == original)),
-            "{what}: the original is in {}",
-            run.display()
-        );
+        assert_original_in_quarantine(&report, &original, what);
         let after = assert_oracle_loads(&root, &[]);
         let events = want.lines().count() as u64 - 1;
         assert_splitcase_events(&after, events, what);
@@ -2196,14 +2202,7 @@ fn header_line_fragments_are_ended_or_cut_and_the_session_stays() {
             header.as_bytes(),
             "{what}: the header alone in the first frame"
         );
-        let run = PathBuf::from(report["quarantine"].as_str().unwrap());
-        assert!(
-            walk_files(&run)
-                .iter()
-                .any(|p| fs::read(p).is_ok_and(|b| b == original)),
-            "{what}: the original is in {}",
-            run.display()
-        );
+        assert_original_in_quarantine(&report, &original, what);
         let after = assert_oracle_loads(&root, &[]);
         assert_splitcase_events(&after, 4, what);
         let (code, report) = doctor_json(tmp.path(), &root, &[]);
