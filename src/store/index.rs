@@ -1211,16 +1211,43 @@ mod tests {
     }
 
     /// A source that is slow for one thread (the authoritative walk's), so
-    /// that the speculation is well ahead of it.
+    /// that the speculation is well ahead of it. With `until`, that
+    /// thread's reads also wait (up to 10 s) until another thread has read
+    /// the byte at `until`: the speculation has walked that far whatever
+    /// the load on the machine.
     struct SlowFor<'a> {
         data: &'a [u8],
         slow: std::thread::ThreadId,
+        until: Option<u64>,
+        others_read_to: AtomicU64,
+    }
+
+    impl<'a> SlowFor<'a> {
+        fn new(data: &'a [u8], until: Option<u64>) -> Self {
+            SlowFor {
+                data,
+                slow: std::thread::current().id(),
+                until,
+                others_read_to: AtomicU64::new(0),
+            }
+        }
     }
 
     impl ReadAt for SlowFor<'_> {
         fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
             if std::thread::current().id() == self.slow {
+                if let Some(until) = self.until {
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                    while self.others_read_to.load(Ordering::Acquire) <= until
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                    }
+                }
                 std::thread::sleep(std::time::Duration::from_millis(1));
+            } else {
+                let end = offset + buf.len() as u64;
+                self.others_read_to.fetch_max(end, Ordering::AcqRel);
             }
             self.data.read_at(buf, offset)
         }
@@ -1244,10 +1271,10 @@ mod tests {
                         .unwrap();
                 }
                 let before = adopted();
-                let src = SlowFor {
-                    data: &file,
-                    slow: std::thread::current().id(),
-                };
+                // The clean walk waits for the speculation to read the last
+                // frame, so that it has frames to adopt.
+                let last = plain.frames().last().map(|f| f.info.offset);
+                let src = SlowFor::new(&file, last.filter(|_| what == "clean"));
                 par.extend_parallel(&src, len, &mut d2, 0).unwrap();
                 if what == "clean" {
                     assert!(adopted() > before + 50, "{what}: too little adopted");
@@ -1306,10 +1333,7 @@ mod tests {
         let (mut plain, mut d) = (FrameIndex::new(), 0);
         plain.extend(file, len, &mut d).unwrap();
         let mut par = FrameIndex::new();
-        let src = SlowFor {
-            data: file,
-            slow: std::thread::current().id(),
-        };
+        let src = SlowFor::new(file, None);
         par.extend_parallel(&src, len, &mut d, 0).unwrap();
         (plain, par)
     }
