@@ -67,8 +67,9 @@ use show::{content_blocks, request_header, todo_write, tool_call, tool_result, t
 /// Version of the rendering; a cached rendering of another version is
 /// rebuilt (3: control characters shown, lines deeper than serde_json
 /// goes rendered; 4: lines over 4 MiB listed, deep lines read down to
-/// [`KEPT_LEVELS`] levels).
-pub const RENDER_FORMAT: u32 = 4;
+/// [`KEPT_LEVELS`] levels; 5: bytes that are not UTF-8 shown as U+FFFD,
+/// where the rendering stopped before).
+pub const RENDER_FORMAT: u32 = 5;
 
 /// Lines of a tool result shown at most; the rest is summarized.
 pub const RESULT_MAX_LINES: usize = 40;

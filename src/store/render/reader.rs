@@ -20,7 +20,8 @@ const READ_CHUNK: u32 = 512 << 10;
 pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
 
 /// Parses one line (without its `\n`) for [`Renderer::parsed_line`].
-/// Lines the reference's `JSON.parse` reads and serde_json refuses:
+/// Lines the reference reads (its `TextDecoder`, then `JSON.parse`) and
+/// serde_json refuses:
 ///
 /// - one holding a lone surrogate escape is read with each shown as
 ///   U+FFFD ([`super::super::json::lone_surrogates_replaced`]);
@@ -30,11 +31,19 @@ pub type ParsedLine<'a> = std::result::Result<J<'a>, String>;
 ///   shown empty ([`cut_deep`]): a message's text is read whatever a
 ///   member beside it holds.
 ///
-/// The rendering goes on after either.
+/// - one holding bytes that are not UTF-8 is read with each maximal
+///   invalid sequence shown as U+FFFD, as the reference's `TextDecoder`
+///   decodes the file (`String::from_utf8_lossy` follows the same rule);
+///
+/// The rendering goes on after any of these.
 pub fn parse_line(line: &[u8]) -> ParsedLine<'_> {
     J::parse(line).or_else(|e| {
         let first = e.to_string();
-        let fixed = super::super::json::lone_surrogates_replaced(line);
+        let decoded: Option<Vec<u8>> = std::str::from_utf8(line)
+            .is_err()
+            .then(|| String::from_utf8_lossy(line).into_owned().into_bytes());
+        let text = decoded.as_deref().unwrap_or(line);
+        let fixed = super::super::json::lone_surrogates_replaced(text).or(decoded);
         // The error that settles it: the fixed line's, when there is one.
         let last = match &fixed {
             Some(f) => match serde_json::from_slice::<serde_json::Value>(f) {

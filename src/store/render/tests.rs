@@ -224,6 +224,27 @@ fn a_lone_surrogate_is_shown_as_a_replacement_character() {
     assert!(md.ends_with("- `x/after` event, seq 2\n\n"), "{md}");
 }
 
+/// Bytes that are not UTF-8 inside a string (not written by the
+/// reference, which encodes its strings; a damaged or foreign file can
+/// hold them) are shown as U+FFFD, one per maximal invalid sequence, as
+/// the reference's `TextDecoder` reads the file (the oracle loads such a
+/// session whole); the lines after them render. Until now the rendering
+/// stopped there ("invalid unicode code point").
+#[test]
+fn bytes_that_are_not_utf8_are_shown_as_replacement_characters() {
+    let user = b"{\"type\":\"user/message\",\"seq\":0,\"data\":{\"content\":[{\"type\":\"text\",\"text\":\"caf\xff\xfe \xe2\x82 end\"}]}}";
+    let after = br#"{"type":"x/after","seq":1}"#;
+    let mut r = Renderer::new();
+    let mut out = Vec::new();
+    for l in [HEADER.as_bytes(), &user[..], &after[..]] {
+        r.line(l, &mut out);
+    }
+    let md = String::from_utf8(out).unwrap();
+    assert!(!md.contains("Rendering stopped"), "{md}");
+    assert!(md.contains("caf\u{FFFD}\u{FFFD} \u{FFFD} end\n\n"), "{md}");
+    assert!(md.ends_with("- `x/after` event, seq 1\n\n"), "{md}");
+}
+
 /// A `seq` written as `1.04e2` or `104.0` (accepted on write: JavaScript
 /// reads it as 104) is shown as seq 104.
 #[test]
