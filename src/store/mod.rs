@@ -31,6 +31,7 @@ pub mod json_view;
 pub mod lease;
 pub mod limits;
 pub mod lines;
+pub mod long_lines;
 pub mod mountinfo;
 pub mod naming;
 pub mod publish;

@@ -22,6 +22,7 @@
 use serde_json::Value;
 
 use super::error::Result;
+use super::long_lines::{LongLine, LONG_LINE_BYTES};
 use super::transcript::Transcript;
 
 /// Longest title, in characters (Unicode scalar values).
@@ -125,7 +126,9 @@ pub enum TitleScan {
 /// `checked` offset of an earlier [`TitleScan::NotYet`]) up to view offset
 /// `to` (`u64::MAX`: the whole view, re-stat'ed at its end), decoding only
 /// the frames up to the first user message. Holds at most one line of at
-/// most [`TITLE_SCAN_LIMIT`] bytes.
+/// most [`TITLE_SCAN_LIMIT`] bytes; one longer than [`LONG_LINE_BYTES`]
+/// only with a [`LongLine`] permit, which this call may wait for (until a
+/// rendering or another scan is done with its long line).
 ///
 /// Errors: [`Transcript::read`]'s (damage before the first user message,
 /// I/O errors); nothing is settled then.
@@ -134,6 +137,9 @@ pub fn scan_title(t: &Transcript, from: u64, to: u64) -> Result<TitleScan> {
     let mut offset = from;
     let mut checked = from;
     let mut header = from == 0;
+    // Held while `pending` is longer than a long line (see [`LongLine`]);
+    // declared first, so that `pending` is dropped before it.
+    let mut permit: Option<LongLine> = None;
     let mut pending: Vec<u8> = Vec::new();
     while offset < to {
         let chunk = t.read(offset, (to - offset).min(STEP) as u32)?;
@@ -141,6 +147,9 @@ pub fn scan_title(t: &Transcript, from: u64, to: u64) -> Result<TitleScan> {
             break;
         }
         offset += chunk.len() as u64;
+        if pending.len() + chunk.len() > LONG_LINE_BYTES && permit.is_none() {
+            permit = Some(LongLine::take());
+        }
         pending.extend_from_slice(&chunk);
         let mut start = 0;
         while let Some(nl) = memchr::memchr(b'\n', &pending[start..]) {
@@ -155,6 +164,11 @@ pub fn scan_title(t: &Transcript, from: u64, to: u64) -> Result<TitleScan> {
             }
         }
         pending.drain(..start);
+        if pending.len() <= LONG_LINE_BYTES && permit.is_some() {
+            // The long line's memory goes before its permit does.
+            pending = pending.clone();
+            permit = None;
+        }
     }
     if offset >= TITLE_SCAN_LIMIT {
         return Ok(TitleScan::Found(String::new()));
@@ -254,5 +268,52 @@ mod tests {
             title_of_user_message(&serde_json::json!({"text":"x"})),
             None
         );
+    }
+
+    /// A title scan holds a line longer than a long line only with one of
+    /// the process's permits, as a rendering does: with every permit held
+    /// elsewhere, a scan past a 1 MiB line before the first user message
+    /// waits (it held up to 16 MiB outside them until now).
+    #[test]
+    fn a_scan_over_a_long_line_waits_for_a_long_line_permit() {
+        use crate::store::cache::FrameCache;
+        use crate::store::frame::encode_frame;
+        use crate::store::long_lines::LONG_LINES_AT_ONCE;
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl.zstd");
+        let header = br#"{"type":"session","version":0,"id":"s","createdAt":0,"cwd":"/w","delegationDepth":0}"#;
+        let long = format!(
+            r#"{{"type":"x/log","seq":0,"data":"{}"}}"#,
+            "a".repeat(1 << 20)
+        );
+        let user = r#"{"type":"user/message","seq":1,"data":{"content":[{"type":"text","text":"After the long line"}]}}"#;
+        let mut bytes = Vec::new();
+        for line in [&header[..], long.as_bytes(), user.as_bytes()] {
+            bytes.extend(encode_frame(&[line, b"\n"].concat()).unwrap());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let t = Transcript::open(
+            &path,
+            crate::store::Encoding::Zstd,
+            Arc::new(FrameCache::new(8 << 20)),
+        )
+        .unwrap();
+        let permits: Vec<LongLine> = (0..LONG_LINES_AT_ONCE).map(|_| LongLine::take()).collect();
+        let waiting_before = LongLine::waiting();
+        std::thread::scope(|s| {
+            let scan = s.spawn(|| scan_title(&t, 0, u64::MAX));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while LongLine::waiting() <= waiting_before && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(
+                !scan.is_finished(),
+                "the scan held the long line without a permit"
+            );
+            drop(permits);
+            let found = scan.join().unwrap().unwrap();
+            assert_eq!(found, TitleScan::Found("After the long line".into()));
+        });
     }
 }

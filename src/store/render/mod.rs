@@ -59,9 +59,10 @@ mod show;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::long_lines::LONG_LINES_AT_ONCE;
 use json::{J, NULL};
 use markdown::{code, one_line};
-pub use reader::{cut_deep, parse_line, render_range, ParsedLine, KEPT_LEVELS, LONG_LINES_AT_ONCE};
+pub use reader::{cut_deep, parse_line, render_range, ParsedLine, KEPT_LEVELS};
 use show::{content_blocks, request_header, todo_write, tool_call, tool_result, turn_end};
 
 /// Version of the rendering; a cached rendering of another version is

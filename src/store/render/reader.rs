@@ -6,6 +6,7 @@
 use std::io;
 
 use super::super::error::{Result, StoreError};
+use super::super::long_lines::{LongLine, LONG_LINE_BYTES};
 use super::super::title::{scan_title, TitleScan};
 use super::super::transcript::Transcript;
 use super::json::J;
@@ -186,8 +187,8 @@ fn render_lines(renderer: &mut Renderer, region: &[u8], out: &mut Vec<u8>) {
 /// piece (about one read chunk at a time: memory stays bounded). A frame
 /// that fails to decode stops the rendering (the stop is rendered). A
 /// line longer than [`MAX_RENDERED_LINE`] is read over, never held; one
-/// longer than a read chunk (512 KiB) is held only with one of the
-/// process's [`LONG_LINES_AT_ONCE`] permits, which this call may wait for
+/// longer than [`LONG_LINE_BYTES`] (512 KiB) is held only with one of the
+/// process's [`LONG_LINES_AT_ONCE`](super::super::long_lines::LONG_LINES_AT_ONCE) permits, which this call may wait for
 /// (until another rendering is done with its long line).
 ///
 /// While the renderer needs the title ([`Renderer::needs_title`]), the
@@ -260,7 +261,7 @@ pub fn render_range(
                 } else if carry.len() + nl > MAX_RENDERED_LINE {
                     renderer.oversized_line((carry.len() + nl + 1) as u64, &mut out);
                 } else {
-                    if carry.len() + nl > READ_CHUNK as usize && permit.is_none() {
+                    if carry.len() + nl > LONG_LINE_BYTES && permit.is_none() {
                         permit = Some(LongLine::take());
                     }
                     carry.extend_from_slice(&rest[..nl]);
@@ -285,7 +286,7 @@ pub fn render_range(
             skipping = (carry.len() + rest.len()) as u64;
             carry = Vec::new();
         } else {
-            if carry.len() + rest.len() > READ_CHUNK as usize && permit.is_none() {
+            if carry.len() + rest.len() > LONG_LINE_BYTES && permit.is_none() {
                 permit = Some(LongLine::take());
             }
             carry.extend_from_slice(rest);
@@ -298,50 +299,12 @@ pub fn render_range(
             // The Markdown of a long line is not kept past its permit.
             out = Vec::new();
         }
-        if carry.len() <= READ_CHUNK as usize {
+        if carry.len() <= LONG_LINE_BYTES {
             permit = None;
         }
     }
     drop(permit);
     sink(&out).map_err(sink_err)
-}
-
-/// Renderings of the whole process that may hold a line longer than a
-/// read chunk ([`READ_CHUNK`], up to [`MAX_RENDERED_LINE`]) at once: the
-/// others wait for one to finish its line, so that the memory of
-/// renderings running at once stays bounded (about three times
-/// [`MAX_RENDERED_LINE`] each: the line, its parse, its Markdown).
-pub const LONG_LINES_AT_ONCE: usize = 2;
-
-/// Long lines being held ([`LONG_LINES_AT_ONCE`] at most).
-static LONG_LINES: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
-static LONG_LINE_FREED: std::sync::Condvar = std::sync::Condvar::new();
-
-/// The right to hold one line longer than a read chunk, given back on
-/// drop. A rendering takes at most one, and only while it holds none, so
-/// that renderings waiting for one another cannot deadlock.
-struct LongLine;
-
-impl LongLine {
-    /// Waits until fewer than [`LONG_LINES_AT_ONCE`] long lines are held.
-    fn take() -> LongLine {
-        let mut held = LONG_LINES.lock().unwrap_or_else(|p| p.into_inner());
-        while *held >= LONG_LINES_AT_ONCE {
-            held = LONG_LINE_FREED
-                .wait(held)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        *held += 1;
-        LongLine
-    }
-}
-
-impl Drop for LongLine {
-    fn drop(&mut self) {
-        let mut held = LONG_LINES.lock().unwrap_or_else(|p| p.into_inner());
-        *held = held.saturating_sub(1);
-        LONG_LINE_FREED.notify_one();
-    }
 }
 
 fn memchr_nl(s: &[u8]) -> Option<usize> {
