@@ -28,6 +28,7 @@ STEPS=(
   "mutations-mount|$(n 20) rounds of 23 mutated sessions read through a mount under RLIMIT_AS 256 MiB, each read under a 10 s deadline|SESSIONFS_MUTATION_MOUNT_ROUNDS=$(n 20) cargo test --release --test mutation mutated_transcripts_through_a_mount_under_an_address_space_limit"
   "torn-tails|every byte offset of the last frame (store level), 20 through a mount|cargo test --release --test torn_tail"
   "doctor-crash|kill -9 of sessionfs doctor --repair at random moments of a repair, $(n 500) kills|SESSIONFS_CRASH_RUNS=$(n 500) cargo test --release --test doctor_crash -- --nocapture"
+  "shared-root|four writers on one transcript from two sshfs machines (sshd on 127.0.0.1), with the README's sshfs options and with sshfs's default cache, $(n 300) s each; every acknowledged line stored once, seq contiguous, the reference loads it|SESSIONFS_NET_RACE_SECS=$(n 300) cargo test --release --test shared_root_net four_writers -- --test-threads 1"
   "damage|issue 9's regression inputs: damage in the middle, 1.5 GiB frame, long header, bad middle frame|cargo test --release --test damage"
 )
 

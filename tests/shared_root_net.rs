@@ -675,10 +675,25 @@ fn check_race_result(
         Some(sha256_hex(text.as_bytes()).as_str()),
         "{label}: the reference's readRaw differs from zstd -dc"
     );
+    // For scripts/torture.sh's table.
+    eprintln!(
+        "torture-summary: writers={} acked_lines={total_acked} refused_batches={total_refused} | lost=0 duplicated=0 unacked_stored=0",
+        reports.len()
+    );
+}
+
+/// How long the four writers race: 15 s, or `SESSIONFS_NET_RACE_SECS`
+/// seconds (`scripts/torture.sh` runs them for minutes).
+fn race_run() -> Duration {
+    let secs = std::env::var("SESSIONFS_NET_RACE_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(15);
+    Duration::from_secs(secs)
 }
 
 fn four_writers_over_sshfs(sshfs_options: &[&str], label: &str) {
-    const RUN: Duration = Duration::from_secs(15);
+    let run = race_run();
     let tmp = tempdir("sessionfs-net-");
     let backing = tmp.path().join("root");
     fs::create_dir(&backing).unwrap();
@@ -703,7 +718,7 @@ fn four_writers_over_sshfs(sshfs_options: &[&str], label: &str) {
     }
     let views = [ma.join(&rel).join(VIEW), mb.join(&rel).join(VIEW)];
     let context = || format!("mount A log:\n{}\nmount B log:\n{}", ma.log(), mb.log());
-    let reports = race_writers([&views[0], &views[1]], RUN, &context);
+    let reports = race_writers([&views[0], &views[1]], run, &context);
     let log_a = ma.stop();
     let log_b = mb.stop();
     drop(c2);
