@@ -14,7 +14,9 @@
 //! - a commit (fsync, flush, release, a read past the committed end)
 //!   succeeds when the batch still starts at the tail's next `seq`, else
 //!   the batch is dropped whole and the handle's next write, fsync (and,
-//!   kept, every flush) fails with EINVAL;
+//!   kept, every flush) fails with EINVAL; when a write reported it, the
+//!   next fsync and every flush until then fail too (only they
+//!   acknowledge lines);
 //! - a read returns the committed bytes, then the incomplete last line of
 //!   the one writer that has one;
 //! - a transcript's size is its committed length.
@@ -240,6 +242,49 @@ fn a_stale_batch_is_dropped_and_reported_once_by_fsync() {
     f.fs.release(fh).unwrap();
 }
 
+/// A `write(2)` the kernel cut into pieces: the first piece's complete
+/// line is dropped at a commit in between (another writer took its
+/// `seq`), the next piece's EINVAL becomes the caller's short count, and
+/// the close must not return 0: a tester's writer counted lines the
+/// short count covered as stored, and close said 0, yet none was.
+#[test]
+fn a_batch_dropped_between_pieces_of_one_write_fails_the_close() {
+    let f = Fixture::new(&note(0, 0, 0));
+    let before = f.on_disk();
+    let (fh, _) = f.fs.open(f.ino, libc::O_WRONLY | libc::O_APPEND).unwrap();
+    // The first piece ends with its line (the kernel's pieces end
+    // anywhere: at a line's end no incomplete line fails the close).
+    let lines = [note(1, 1, 1), note(2, 1, 2)].concat();
+    let (piece1, piece2) = lines.split_at(note(1, 1, 1).len());
+    assert_eq!(
+        f.fs.write(fh, 0, piece1.as_bytes(), true).unwrap(),
+        piece1.len() as u32
+    );
+    f.external_append(note(1, 9, 9).as_bytes());
+    // A reader past the end commits the pending line: dropped.
+    let (rh, _) = f.fs.open(f.ino, libc::O_RDONLY).unwrap();
+    f.fs.read(f.ino, rh, 0, 1 << 16).unwrap();
+    assert_eq!(
+        errno(f.fs.write(fh, 0, piece2.as_bytes(), true)),
+        Err(libc::EINVAL),
+        "the next piece reports the drop (a short count to the caller)"
+    );
+    assert_eq!(
+        errno(f.fs.flush(fh)),
+        Err(libc::EINVAL),
+        "the close after the short write"
+    );
+    assert_eq!(errno(f.fs.fsync(fh)), Err(libc::EINVAL), "fsync reports it");
+    assert_eq!(errno(f.fs.fsync(fh)), Ok(()), "once");
+    assert_eq!(
+        f.on_disk(),
+        [&before[..], note(1, 9, 9).as_bytes()].concat(),
+        "none of the handle's lines is stored"
+    );
+    f.fs.release(fh).unwrap();
+    f.fs.release(rh).unwrap();
+}
+
 #[test]
 fn refused_writes_take_nothing() {
     let f = Fixture::new(&note(0, 0, 0));
@@ -386,6 +431,9 @@ struct MHandle {
     partial: Vec<u8>,
     /// An error the handle's next write or fsync (and every flush) reports.
     failed: Option<i32>,
+    /// A batch dropped since the handle's last fsync that failed: the next
+    /// fsync and every flush report it, also after a write reported it.
+    unsynced: Option<i32>,
 }
 
 impl MHandle {
@@ -400,6 +448,7 @@ impl MHandle {
             next: 0,
             partial: Vec::new(),
             failed: None,
+            unsynced: None,
         }
     }
 }
@@ -431,6 +480,7 @@ impl Model {
             Ok(())
         } else {
             self.drops += 1;
+            h.unsynced = Some(libc::EINVAL);
             Err(libc::EINVAL)
         }
     }
@@ -660,7 +710,7 @@ fn run_model(ops: &[Op]) -> Model {
                             Err(e)
                         }
                         Ok(()) if !m.handles[i].partial.is_empty() => Err(libc::EINVAL),
-                        Ok(()) => Ok(()),
+                        Ok(()) => m.handles[i].unsynced.map_or(Ok(()), Err),
                     }
                 };
                 assert_eq!(got, expected, "{ctx}");
@@ -671,9 +721,14 @@ fn run_model(ops: &[Op]) -> Model {
                 let expected = if !m.handles[i].writer {
                     Ok(())
                 } else if let Some(e) = m.handles[i].failed.take() {
+                    m.handles[i].unsynced = None;
                     Err(e)
                 } else {
-                    m.commit(i)
+                    let r = m.commit(i);
+                    match m.handles[i].unsynced.take() {
+                        Some(e) => Err(e),
+                        None => r,
+                    }
                 };
                 assert_eq!(got, expected, "{ctx}");
             }

@@ -75,6 +75,14 @@ struct Pending {
     /// An error the next write, flush or fsync reports (a batch dropped or
     /// a commit failed in the background).
     failed: Option<Arc<FsError>>,
+    /// A batch dropped since the last fsync that reported an error: the
+    /// next fsync, and every flush, report it even after a write did. The
+    /// kernel cuts a `write(2)` of more than 1 MiB into pieces and turns a
+    /// later piece's error into a short count, which callers need not
+    /// check; only fsync and close acknowledge lines (MOUNT.md,
+    /// Appending), so neither may return 0 while a batch of lines written
+    /// since went unstored.
+    unsynced: Option<Arc<FsError>>,
     /// Bytes charged to the mount's pending budget for the pending lines
     /// and `partial`.
     charged: u64,
@@ -142,6 +150,7 @@ impl Writer {
                 overlong: None,
                 since: None,
                 failed: None,
+                unsynced: None,
                 charged: 0,
             }),
             budget,
@@ -336,11 +345,16 @@ impl Writer {
     pub fn fsync(&self, store: &Store) -> FsResult<Committed> {
         let mut p = self.pending.lock();
         if let Some(e) = p.failed.take() {
+            p.unsynced = None; // reported here
             return Err(FsError::Earlier(e));
         }
         let result = self.commit_locked(store, &mut p);
         if result.is_err() {
             p.failed = None; // reported here
+            p.unsynced = None;
+        } else if let Some(e) = p.unsynced.take() {
+            // A batch dropped since the last fsync, reported by a write only.
+            return Err(FsError::Earlier(e));
         }
         result
     }
@@ -348,8 +362,11 @@ impl Writer {
     /// Commits at `flush` (close of a descriptor).
     ///
     /// Errors: as [`Writer::fsync`]; EINVAL when an incomplete line is left
-    /// pending (it stays pending: a later write may complete it). A dropped
-    /// batch's error stays recorded until a write or fsync reports it.
+    /// pending (it stays pending: a later write may complete it), and
+    /// EINVAL while a batch dropped since the last fsync is unreported by
+    /// an fsync (a write may have reported it, as a short count). A
+    /// dropped batch's error stays recorded until a write or fsync reports
+    /// it.
     pub fn flush(&self, store: &Store) -> FsResult<Committed> {
         let mut p = self.pending.lock();
         // A failure stays recorded after a flush reports it: the flush may
@@ -367,6 +384,16 @@ impl Writer {
                 p.partial.len()
             );
             return Err(FsError::Invalid);
+        }
+        if let Some(e) = &p.unsynced {
+            // Kept: the owner's fsync must see it too (see above).
+            log::warn!(
+                "close of {}/session.jsonl fails: a batch written on this descriptor since its \
+                 last fsync was dropped ({e}); re-read the end of the transcript and write \
+                 the lines that are missing again",
+                self.session_dir().display()
+            );
+            return Err(FsError::Earlier(Arc::clone(e)));
         }
         Ok(committed)
     }
@@ -548,6 +575,7 @@ impl Writer {
                 );
                 let e = Arc::new(FsError::Store(e));
                 p.failed = Some(Arc::clone(&e));
+                p.unsynced = Some(Arc::clone(&e));
                 Err(FsError::Earlier(e))
             }
             Err(e) => {
