@@ -74,6 +74,12 @@ impl Seen {
         }
     }
 
+    /// The up to 8 bytes before the seen length (zero-padded in front for
+    /// a shorter file; zeros when they could not be read).
+    pub fn tail(&self) -> [u8; TAIL] {
+        self.tail
+    }
+
     /// How `file`, the same file (device and inode) now of metadata `now`,
     /// stands since this look: one read of up to 8 bytes when it grew.
     pub fn since(&self, file: &File, now: &Metadata) -> Since {

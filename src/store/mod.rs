@@ -10,6 +10,7 @@ pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod classify;
+pub mod confirm;
 pub mod conflict;
 pub mod decode;
 pub mod discovery;
