@@ -112,6 +112,11 @@ pub struct Status {
     /// Sessions the views' catalog read (validated and scanned for a
     /// title) since the mount started.
     pub view_sessions_read: u64,
+    /// Views built again by a whole walk after a rewrite was found.
+    pub transcripts_rewalked: u64,
+    /// Rewrite verdicts of a network client's attributes that the bytes
+    /// showed stale (the view kept).
+    pub stale_lengths_kept: u64,
     /// Whether the views' snapshot is built.
     pub views_ready: bool,
     /// Milliseconds since the views' catalog was last swept (`None`: not
@@ -158,6 +163,8 @@ impl Status {
                 "by_op": self.requests.by_op,
             },
             "frames_decoded": self.frames_decoded,
+            "transcripts_rewalked": self.transcripts_rewalked,
+            "stale_lengths_kept": self.stale_lengths_kept,
             "views": {
                 "sessions_read": self.view_sessions_read,
                 "ready": self.views_ready,
@@ -240,6 +247,8 @@ impl StatusFile {
             },
             frames_decoded: crate::store::transcript::frames_decoded_total(),
             view_sessions_read: crate::store::views::catalog::sessions_read(),
+            transcripts_rewalked: crate::store::transcript::views_rewalked_total(),
+            stale_lengths_kept: crate::store::confirm::stale_verdicts_total(),
             views_ready: self.core.views_ready(),
             views_swept: {
                 let (ago, sweeps) = self.core.views_swept();

@@ -16,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::cache::FrameCache;
 use super::classify::Damage;
+use super::confirm::{self, Confirmed, Relied};
 use super::decode::{self, HeaderFrameError};
 use super::error::{Result, StoreError};
 use super::frame::{decode_frame, FrameCursor};
@@ -98,6 +99,17 @@ static FRAMES_DECODED: AtomicU64 = AtomicU64::new(0);
 /// How many frames the transcripts of this process have decoded.
 pub fn frames_decoded_total() -> u64 {
     FRAMES_DECODED.load(Ordering::Relaxed)
+}
+
+/// Views built again by walking the whole file after a rewrite was found
+/// (the persisted index removed): a counter for tests and
+/// `.sessionfs-status`.
+static VIEWS_REWALKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many views this process built again by a whole walk after a
+/// rewrite was found.
+pub fn views_rewalked_total() -> u64 {
+    VIEWS_REWALKED.load(Ordering::Relaxed)
 }
 
 // One view per open transcript: the size of the zstd variant (the index's
@@ -372,10 +384,43 @@ impl Transcript {
                 persisted,
             )
         };
-        match since(&st) {
+        // On a network root a rewrite that the attributes suggest (shorter,
+        // another mtime, other tail bytes or a moved last frame through
+        // the held descriptor) is put to the bytes first: when the file
+        // still holds what the view relies on, the look was stale, and the
+        // view is kept (grown, if the file is longer) instead of walked
+        // again (confirm.rs). Its descriptor is opened again then: the
+        // client may have cut its cached pages to the stale length, and a
+        // fresh open drops them (a FUSE client without `kernel_cache`).
+        let looked = since(&st);
+        let suspect = match looked {
+            Some(Since::Rewritten) => true,
+            Some(Since::Grown) => !prefix_intact(&st),
+            _ => false,
+        };
+        let stale = suspect && self.stale_look(&st);
+        let verdict = match looked {
+            _ if stale => match reopen_same(&self.path, st.ident) {
+                Ok(Some(file)) => {
+                    st.file = Arc::new(file);
+                    Some(if meta.len() > st.seen.len {
+                        Since::Grown
+                    } else {
+                        Since::Unchanged
+                    })
+                }
+                // Another file at the path since the confirmation.
+                Ok(None) => None,
+                Err(e) => return Err(StoreError::io("open", &self.path, e)),
+            },
+            Some(Since::Grown) if suspect => Some(Since::Rewritten),
+            other => other,
+        };
+        match verdict {
             // Another file at the path.
             None => *st = rebuilt(Persisted::Load)?,
-            // Rewritten in place: shorter, the same length under another
+            // Rewritten in place (on a network root: confirmed from the
+            // bytes above): shorter, the same length under another
             // mtime or ctime (a byte flipped, a copy of the same size put
             // over it), or longer with other bytes before the old end or
             // the last indexed frame no longer where it was (a longer
@@ -384,7 +429,6 @@ impl Transcript {
             // the persisted index's check (its last frame) can pass for
             // such a file.
             Some(Since::Rewritten) => *st = rebuilt(Persisted::Replace)?,
-            Some(Since::Grown) if !prefix_intact(&st) => *st = rebuilt(Persisted::Replace)?,
             Some(Since::Grown) => {
                 let file = Arc::clone(&st.file);
                 let new_meta = file
@@ -411,6 +455,47 @@ impl Transcript {
             plain_len: st.plain_len(),
             meta: st.meta.clone(),
         })
+    }
+
+    /// Whether a rewrite that the attributes of a network root suggest is
+    /// a stale look: the file, read through a fresh descriptor, still
+    /// holds the 8 bytes before the length the view was built at and its
+    /// last indexed frame ([`confirm::confirm`]). Always false on a local
+    /// root (its attributes are the truth) and when the fresh look fails
+    /// (the rewrite verdict stands).
+    fn stale_look(&self, st: &State) -> bool {
+        if self.protocol != CommitProtocol::Remote {
+            return false;
+        }
+        let relied = Relied {
+            dev: st.ident.dev,
+            ino: st.ident.ino,
+            len: st.seen.len,
+            tail: st.seen.tail(),
+            last_frame: match &st.view {
+                View::Zstd(index) => index.frames().last().map(|f| f.info),
+                View::Raw { .. } => None,
+            },
+        };
+        match confirm::confirm(&self.path, &relied, self.protocol) {
+            Ok(Confirmed::Stale) => {
+                log::debug!(
+                    "{}: a stale length or mtime from the client (its bytes up to {} are \
+                     as the view has them): the view is kept",
+                    self.path.display(),
+                    st.seen.len
+                );
+                true
+            }
+            Ok(Confirmed::Rewritten) => false,
+            Err(e) => {
+                log::debug!(
+                    "{}: could not confirm a rewrite from its bytes ({e}): taken as one",
+                    self.path.display()
+                );
+                false
+            }
+        }
     }
 
     /// What the view was built from (length, times and last bytes of the
@@ -772,6 +857,16 @@ fn frame_intact(file: &File, info: &super::frame::FrameInfo) -> bool {
     )
 }
 
+/// The file at `path` opened afresh for reading, when it is still the file
+/// `ident` (device and inode); `None` when the path names another file.
+///
+/// Errors: the `open(2)` or `fstat(2)` error.
+fn reopen_same(path: &Path, ident: FileIdent) -> io::Result<Option<File>> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    Ok((FileIdent::of(&meta) == ident).then_some(file))
+}
+
 /// Whether the file still holds what the view indexed: the last indexed
 /// frame walks to the same frame (zstd), or the view still ends a line
 /// (raw). Cheap: one frame header or one byte.
@@ -818,6 +913,9 @@ fn build_state(
     index_dir: Option<&Path>,
     persisted: Persisted,
 ) -> Result<State> {
+    if persisted == Persisted::Replace {
+        VIEWS_REWALKED.fetch_add(1, Ordering::Relaxed);
+    }
     // Checked before opening: opening a FIFO would block.
     let not_regular = || {
         let what = super::check::describe_non_regular(path)
