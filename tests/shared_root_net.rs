@@ -1690,3 +1690,155 @@ fn a_network_writer_beside_a_fast_local_writer_is_not_starved() {
         assert!(stored.contains(l), "an acknowledged line is missing: {l}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Stale lengths over sshfs are no rewrite
+// ---------------------------------------------------------------------------
+
+/// A transcript of a header and `events` note lines, one zstd frame each
+/// (the bytes of `session.jsonl.zstd`).
+fn framed_transcript(header: &str, events: u64) -> Vec<u8> {
+    let mut bytes = sessionfs::store::frame::encode_frame(header.as_bytes()).unwrap();
+    for seq in 0..events {
+        let line = note(seq, "prefill", seq);
+        bytes.extend(sessionfs::store::frame::encode_frame(line.as_bytes()).unwrap());
+    }
+    bytes
+}
+
+/// How many times `log` says a persisted frame index was removed because
+/// it no longer matched its transcript.
+fn index_removals(log: &str) -> usize {
+    log.matches("no longer matched the file").count()
+}
+
+/// Must show (tester 33): writers on two machines, one on a sessionfs of
+/// the backing root itself, one on a sessionfs over sshfs with sshfs's
+/// default caching, and a reader of the session on the sshfs side, for
+/// 10 s on a transcript large enough that its frame index is persisted.
+/// The length sshfs reports was now and then one frame shorter than the
+/// one seen a moment before (the file only grew), and the mount over it
+/// took that for a rewrite: it removed the persisted index ("no longer
+/// matched the file") and walked the whole transcript again, 21–28 times
+/// in 12 s. Now such a verdict is put to the bytes first
+/// (src/store/confirm.rs): no index is removed, no view walked again, and
+/// once the writers stop, machine B serves exactly what the backing file
+/// holds. About 15 s.
+#[test]
+fn stale_lengths_over_sshfs_are_not_taken_for_rewrites() {
+    let _serial = serial();
+    let tmp = tempdir("sessionfs-net-");
+    let backing = tmp.path().join("root");
+    let id = "stale-lengths";
+    let rel = session_rel(id, Some(APP_CWD));
+    let header = header_line(id, Some(APP_CWD), 1_767_600_000_000);
+    fs::create_dir_all(backing.join(&rel)).unwrap();
+    // More frames than MIN_PERSISTED_FRAMES (256): the views' frame
+    // indexes are persisted, and a removal is logged.
+    fs::write(
+        backing.join(&rel).join(ZSTD_NAME),
+        framed_transcript(&header, 400),
+    )
+    .unwrap();
+    let sshd = Sshd::start();
+    // sshfs's default caching: the stale lengths showed with it.
+    let client = sshd.sshfs(&backing, &[]);
+    let ma = mount_a(&backing, &[]);
+    let mb = mount_b(client.path(), &[]);
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// One writer's loop until `stop`: read the tail, append the next
+    /// line, retry a refused one; its acknowledged lines.
+    fn writer(
+        name: &'static str,
+        view: PathBuf,
+        stop: Arc<AtomicBool>,
+    ) -> thread::JoinHandle<Vec<String>> {
+        thread::spawn(move || {
+            let mut acked = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let seq = next_seq_through(&view)
+                    .unwrap_or_else(|e| panic!("{name}: read the tail: {e}"));
+                let line = note(seq, name, acked.len() as u64);
+                match append_batch(&view, line.as_bytes()) {
+                    Ok(()) => acked.push(line),
+                    Err(e) if is_refusal(&e) => {}
+                    Err(e) => panic!("{name}: append: {e}"),
+                }
+            }
+            acked
+        })
+    }
+    let context = || format!("mount A log:\n{}\nmount B log:\n{}", ma.log(), mb.log());
+    let (local_view, remote_view) = (ma.join(&rel).join(VIEW), mb.join(&rel).join(VIEW));
+    assert!(
+        wait_until(Duration::from_secs(30), || fs::metadata(&remote_view)
+            .is_ok()),
+        "machine B does not see the session after 30 s"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let local = writer("local", local_view, Arc::clone(&stop));
+    let remote = writer("remote", remote_view.clone(), Arc::clone(&stop));
+    // A reader on machine B: stat and the tail, as `tail -f` does.
+    let reader = {
+        let (stop, view) = (Arc::clone(&stop), remote_view.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = fs::metadata(&view);
+                let _ = next_seq_through(&view);
+            }
+        })
+    };
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) && !local.is_finished() && !remote.is_finished() {
+        thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let local_lines = join_by(local, deadline, "the local writer", context);
+    let remote_lines = join_by(remote, deadline, "the remote writer", context);
+    join_by(reader, deadline, "the reader", context);
+    // Once the writers stop, machine B's view catches up with the file:
+    // never more than it holds, and all of it within the deadline.
+    let stored = zstd_dc(&backing.join(&rel).join(ZSTD_NAME));
+    let mut served = Vec::new();
+    let caught_up = wait_until(Duration::from_secs(30), || {
+        served = fs::read(&remote_view).unwrap_or_default();
+        assert!(
+            stored.starts_with(&served),
+            "machine B serves bytes the file does not hold ({} served, {} stored)",
+            served.len(),
+            stored.len()
+        );
+        served == stored
+    });
+    let status = mb.status();
+    let log_b = mb.log();
+    ma.stop();
+    mb.stop();
+    drop(client);
+    drop(sshd);
+    eprintln!(
+        "local {} lines, remote {}; machine B: {} index removals, status {}",
+        local_lines.len(),
+        remote_lines.len(),
+        index_removals(&log_b),
+        status
+    );
+    assert!(
+        !local_lines.is_empty() && !remote_lines.is_empty(),
+        "a writer acknowledged nothing"
+    );
+    assert_eq!(
+        index_removals(&log_b),
+        0,
+        "machine B took a stale length for a rewrite (its persisted index removed, the \
+         transcript walked again); its log:\n{log_b}"
+    );
+    assert_eq!(status["transcripts_rewalked"], 0, "{status}");
+    assert!(
+        caught_up,
+        "machine B serves {} bytes 30 s after the writers stopped, the file holds {}",
+        served.len(),
+        stored.len()
+    );
+}
