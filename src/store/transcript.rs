@@ -434,6 +434,15 @@ impl Transcript {
                 let new_meta = file
                     .metadata()
                     .map_err(|e| StoreError::io("stat", &self.path, e))?;
+                // A network client's descriptor may still report the
+                // stale, shorter length: the view keeps what it has and
+                // what it was seen at, and grows at a later refresh.
+                if self.protocol == CommitProtocol::Remote && new_meta.len() < st.seen.len {
+                    return Ok(TranscriptAttr {
+                        plain_len: st.plain_len(),
+                        meta: st.meta.clone(),
+                    });
+                }
                 extend_view(
                     &self.path,
                     &file,
