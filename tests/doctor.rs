@@ -2031,6 +2031,62 @@ fn a_join_of_two_records_pieces_is_not_said_to_load() {
     assert!(kinds.contains(&"seq_gap"), "{report}");
 }
 
+/// The oracle's report over the raw root `root` (its own copy).
+fn raw_oracle_report(root: &Path) -> Value {
+    let mode: [&std::ffi::OsStr; 2] = ["--compression".as_ref(), "none".as_ref()];
+    let (report, out) = oracle::run_oracle(root, &mode);
+    assert!(out.status.success(), "{report}");
+    report
+}
+
+/// A raw transcript (`session.jsonl`) whose last line is a whole record
+/// continuing `seq` without its newline: the reference's load truncates
+/// the file before it (the record is lost); `--repair` ends it with its
+/// newline (the original in the quarantine folder) and the reference then
+/// loads every event. A torn last line, or a whole one after a gap, is
+/// still cut.
+#[test]
+fn a_raw_whole_last_record_without_its_newline_is_ended() {
+    let (text, ends) = split_case(3);
+    let last = text[ends[2]..].trim_end().to_string();
+    let cases = [
+        ("whole", last.clone(), Some(text.clone())),
+        ("torn", last[..30].to_string(), None),
+        ("after a gap", last.replace("\"seq\":2", "\"seq\":4"), None),
+    ];
+    for (what, tail, ended) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join("session.jsonl");
+        let original = format!("{}{tail}", &text[..ends[2]]);
+        fs::write(&transcript, &original).unwrap();
+        let before = raw_oracle_report(&root);
+        assert_splitcase_events(&before, 2, what);
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{what}: {report}");
+        let f = &report["findings"][0];
+        assert_eq!(f["kind"], "torn_tail", "{what}: {report}");
+        assert_eq!(
+            f["detail"].as_str().unwrap().contains("whole record"),
+            ended.is_some(),
+            "{what}: {f}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{what}: {report}");
+        let want = ended.clone().unwrap_or_else(|| text[..ends[2]].to_string());
+        assert_eq!(fs::read_to_string(&transcript).unwrap(), want, "{what}");
+        assert_original_in_quarantine(&report, original.as_bytes(), what);
+        let after = raw_oracle_report(&root);
+        let events = if ended.is_some() { 3 } else { 2 };
+        assert_splitcase_events(&after, events, what);
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+    }
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

@@ -81,6 +81,15 @@ pub fn is_unended_last_record(line: &[u8], next: Option<u64>) -> bool {
     matches!(read_record(line), Ok(Record::Event(span)) if span.first == next)
 }
 
+/// What the reference does with a raw transcript (`session.jsonl`) whose
+/// last line is such a whole record ([`is_unended_last_record`]): its
+/// scan ignores a final line without a newline as a torn tail, and its
+/// load truncates the file at the end of the line before (the record is
+/// lost). Source: the reference's `scanLog` and `commitRepair`, run by
+/// the oracle with `--compression none`.
+pub const RAW_UNENDED_REFERENCE: &str =
+    "load() truncates the file before it: the record is lost (it reads the lines before it)";
+
 /// How the scan's finding describes stray pieces: `torn` bytes of records
 /// whose rest never came, `unended` whole records without their newline.
 pub fn describe(torn: u64, unended: usize) -> String {

@@ -451,8 +451,11 @@ fn repair_lock(
 /// the transcript, the file becomes its complete frames plus one frame of
 /// those lines, written beside it and renamed over it; otherwise the torn
 /// frame is cut by the damage branch's repair
-/// ([`crate::store::check::check_transcript`]). The original is copied
-/// whole to the quarantine folder first.
+/// ([`crate::store::check::check_transcript`]). A raw transcript's last
+/// line without its newline is cut the same way, unless it is a whole
+/// record continuing `seq`: then it is ended with its newline
+/// ([`end_raw_last_record`]). The original is copied whole to the
+/// quarantine folder first.
 fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<String> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let locked = repair_lock(path, &file)?;
@@ -462,6 +465,13 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
         return Err(std::io::Error::other("the file changed since the scan"));
     }
     let enc = if raw { Encoding::Raw } else { Encoding::Zstd };
+    if raw {
+        if let Some(done) = end_raw_last_record(run, path, &bytes, at_us)? {
+            drop(locked);
+            drop(file);
+            return Ok(done);
+        }
+    }
     let kept = if raw {
         Vec::new()
     } else {
@@ -497,6 +507,37 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
          lines that decode and continue the transcript; the original is in the quarantine \
          folder"
     ))
+}
+
+/// A raw transcript's last line from `at` (no newline after it) that is
+/// a whole record continuing `seq` ([`super::fragment::is_unended_last_record`],
+/// the scan's rule): `bytes` (the whole file, read under the writers'
+/// locks) is published again with its newline added, after the original
+/// is copied to the quarantine folder. `Ok(None)` when the line is no
+/// such record (the caller cuts it as a torn tail).
+///
+/// Errors: copying to the quarantine folder or publishing the file.
+fn end_raw_last_record(
+    run: &mut Run,
+    path: &Path,
+    bytes: &[u8],
+    at: usize,
+) -> std::io::Result<Option<String>> {
+    let last = &bytes[at..];
+    if last.is_empty() || last.contains(&b'\n') {
+        return Ok(None);
+    }
+    let next = super::super::lines::next_seq_of_transcript(&bytes[..at]).ok();
+    if !super::fragment::is_unended_last_record(last, next) {
+        return Ok(None);
+    }
+    run.keep(path, "rewritten", None)?;
+    publish_over(path, &[bytes, b"\n"].concat())?;
+    Ok(Some(format!(
+        "the last record ({} bytes, at byte {at}), whole and continuing seq but without its \
+         newline, was ended with one; the original is in the quarantine folder",
+        last.len()
+    )))
 }
 
 /// Skippable frames: they hold no transcript bytes (the mount skips

@@ -433,14 +433,28 @@ fn scan_lines(
                 Kind::TornTail
             };
             scan.torn_at = Some(offset);
-            scan.findings.push(
+            // A whole record continuing `seq` is ended, not cut, by the
+            // repair (the reference's load truncates the file before it).
+            let finding = if kind == Kind::TornTail
+                && fragment::is_unended_last_record(&line, check.next_after_last_line())
+            {
+                Finding::new(
+                    &scan.path,
+                    kind,
+                    format!(
+                        "the last line ({n} bytes) is a whole record that continues seq but \
+                         has no newline (--repair ends it with one)"
+                    ),
+                )
+                .with_reference(fragment::RAW_UNENDED_REFERENCE)
+            } else {
                 Finding::new(
                     &scan.path,
                     kind,
                     format!("the last line ({n} bytes) has no newline: an interrupted write"),
                 )
-                .at(offset),
-            );
+            };
+            scan.findings.push(finding.at(offset));
             break;
         }
         check.line(&line[..n - 1], offset);
