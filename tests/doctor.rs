@@ -2087,6 +2087,80 @@ fn a_raw_whole_last_record_without_its_newline_is_ended() {
     }
 }
 
+/// A torn frame of `a` then `b`: the frame's bytes up to one byte past
+/// the block that ends with `a` (a flush), so that it decodes to `a` and
+/// ends early.
+fn torn_frame(a: &[u8], b: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.include_checksum(true).unwrap();
+    enc.write_all(a).unwrap();
+    enc.flush().unwrap();
+    let flushed = enc.get_ref().len();
+    enc.write_all(b).unwrap();
+    let mut all = enc.finish().unwrap();
+    assert!(all.len() > flushed + 1);
+    all.truncate(flushed + 1);
+    all
+}
+
+/// A torn last frame whose decoded bytes end with a whole record that
+/// continues `seq`, its newline in the bytes lost: the reference's load
+/// drops that record with the torn frame (it keeps the lines before it);
+/// `--repair` keeps it, ended with its newline, in the frame that
+/// replaces the torn one (the original in the quarantine folder), and the
+/// reference then loads every event. A torn record there is still cut.
+#[test]
+fn a_torn_frames_whole_last_record_is_kept() {
+    let (text, ends) = split_case(4);
+    let head = frames_cut(&text[..ends[2]], &[ends[0], ends[1]]).concat();
+    let last = &text[ends[3]..ends[4] - 1];
+    let cases = [
+        ("whole", &text[ends[2]..ends[4] - 1], text.as_str()),
+        ("torn", &text[ends[2]..ends[3] + 30], &text[..ends[3]]),
+    ];
+    for (what, decodes_to, want) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join("session.jsonl.zstd");
+        let rest = if what == "whole" {
+            "\n".to_string()
+        } else {
+            format!("{}\n", &last[30..])
+        };
+        let original = [
+            head.clone(),
+            torn_frame(decodes_to.as_bytes(), rest.as_bytes()),
+        ]
+        .concat();
+        fs::write(&transcript, &original).unwrap();
+        // The reference keeps the torn frame's complete lines only.
+        assert_splitcase_events(&oracle::report(&root), 3, what);
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{what}: {report}");
+        assert_eq!(
+            report["findings"][0]["kind"], "torn_tail",
+            "{what}: {report}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{what}: {report}");
+        assert_eq!(
+            String::from_utf8(zstd_dc(&transcript)).unwrap(),
+            want,
+            "{what}: {report}"
+        );
+        assert!(fs::read(&transcript).unwrap().starts_with(&head), "{what}");
+        assert_original_in_quarantine(&report, &original, what);
+        let after = assert_oracle_loads(&root, &[]);
+        assert_splitcase_events(&after, want.lines().count() as u64 - 1, what);
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+    }
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

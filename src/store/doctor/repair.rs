@@ -407,8 +407,14 @@ const SALVAGE_LIMIT: u64 = 64 << 20;
 
 /// The complete lines a torn frame `fragment` decodes to before it ends,
 /// kept while each is a valid record continuing `seq` from `next` (the
-/// reference's load recovers the same records).
-fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
+/// reference's load recovers the same records), then the decoded bytes
+/// after the last of them when they hold no newline and are a whole
+/// record continuing `seq` ([`super::fragment::is_unended_last_record`]),
+/// with its newline added: the reference's load drops that record as a
+/// torn line, but a JSON object that is complete cannot be the start of
+/// another record (its newline was in the bytes lost). Returns decoded
+/// bytes, whole lines only, and whether the last was so ended.
+fn salvage(fragment: &[u8], mut next: u64) -> (Vec<u8>, bool) {
     use std::io::Read;
     let mut plain = Vec::new();
     if let Ok(d) = zstd::stream::read::Decoder::new(fragment) {
@@ -422,8 +428,11 @@ fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
         }
     }
     let mut kept = 0usize;
+    let mut unended = false;
     for line in plain.split_inclusive(|&b| b == b'\n') {
         let Some(body) = line.strip_suffix(b"\n") else {
+            // The last piece, without a newline (nothing follows it).
+            unended = super::fragment::is_unended_last_record(line, Some(next));
             break;
         };
         match super::super::lines::read_record(body) {
@@ -434,8 +443,12 @@ fn salvage(fragment: &[u8], mut next: u64) -> Vec<u8> {
             _ => break,
         }
     }
-    plain.truncate(kept);
-    plain
+    if unended {
+        plain.push(b'\n');
+    } else {
+        plain.truncate(kept);
+    }
+    (plain, unended)
 }
 
 /// The writers' locks of `path` ([`lock_for_repair`]), as an I/O error
@@ -472,14 +485,14 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
             return Ok(done);
         }
     }
-    let kept = if raw {
-        Vec::new()
+    let (kept, ended) = if raw {
+        (Vec::new(), false)
     } else {
         // The file is locked: its first `at` bytes are those of `bytes`.
         let prefix = readable_text_before(path, enc, at)?;
         match super::super::lines::next_seq_of_transcript(&prefix) {
             Ok(next) => salvage(&bytes[at_us..], next),
-            Err(_) => Vec::new(),
+            Err(_) => (Vec::new(), false),
         }
     };
     run.keep(path, "rewritten", None)?;
@@ -502,10 +515,15 @@ fn torn_tail(run: &mut Run, path: &Path, at: u64, raw: bool) -> std::io::Result<
     publish_over(path, &new)?;
     drop(locked);
     drop(file);
+    let last = if ended {
+        " (the last a whole record whose newline was in the bytes lost: ended with one)"
+    } else {
+        ""
+    };
     Ok(format!(
         "the torn last frame at byte {at} was replaced by a frame of its {lines} complete \
-         lines that decode and continue the transcript; the original is in the quarantine \
-         folder"
+         lines that decode and continue the transcript{last}; the original is in the \
+         quarantine folder"
     ))
 }
 
