@@ -2161,6 +2161,68 @@ fn a_torn_frames_whole_last_record_is_kept() {
     }
 }
 
+/// The last frames ending inside a line no frame completes, where a torn
+/// start of a record (or a whole record without its newline) is followed
+/// by a last frame holding a whole record that continues `seq` without
+/// its newline (the reference's load fails: "complete frame contains a
+/// torn JSONL record"): `--repair` cuts the torn start, ends each whole
+/// record with its newline (the original in the quarantine folder), and
+/// the reference then loads every whole record.
+#[test]
+fn a_torn_start_before_a_whole_last_record_keeps_the_record() {
+    let (text, ends) = split_case(4);
+    let head = frames_cut(&text[..ends[2]], &[ends[0], ends[1]]).concat();
+    let e2 = &text[ends[2]..ends[3] - 1];
+    // The line after the torn start, with the seq that continues.
+    let e3 = text[ends[3]..].trim_end().replace("\"seq\":3", "\"seq\":2");
+    let torn = &e2[..20];
+    // (what, the last frames, the text the repair leaves)
+    let cases = [
+        (
+            "a torn start",
+            [frame(torn), frame(&e3)].concat(),
+            format!("{}{e3}\n", &text[..ends[2]]),
+        ),
+        (
+            "a whole record",
+            [frame(e2), frame(text[ends[3]..].trim_end())].concat(),
+            text.clone(),
+        ),
+    ];
+    for (what, tail, want) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join("session.jsonl.zstd");
+        let original = [head.clone(), tail].concat();
+        fs::write(&transcript, &original).unwrap();
+        assert_splitcase_torn(&root, what);
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{what}: {report}");
+        let f = &report["findings"][0];
+        assert_eq!(f["kind"], "split_line", "{what}: {report}");
+        assert!(
+            f["detail"].as_str().unwrap().contains("--repair ends it"),
+            "{what}: {f}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{what}: {report}");
+        assert_eq!(
+            String::from_utf8(zstd_dc(&transcript)).unwrap(),
+            want,
+            "{what}: {report}"
+        );
+        assert!(fs::read(&transcript).unwrap().starts_with(&head), "{what}");
+        assert_original_in_quarantine(&report, &original, what);
+        let after = assert_oracle_loads(&root, &[]);
+        assert_splitcase_events(&after, want.lines().count() as u64 - 1, what);
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+    }
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

@@ -11,7 +11,7 @@
 //! [`stray_fragments`].
 
 use super::super::json::{parse_object, Utf8};
-use super::super::lines::{read_record, Record};
+use super::super::lines::{next_seq_after_line, read_record, Record};
 
 /// What the unfinished start of a line is, when the next frame does not
 /// continue it.
@@ -79,6 +79,34 @@ pub fn stray_fragments(pieces: &[&[u8]], next: &[u8]) -> Option<Vec<Fragment>> {
 pub fn is_unended_last_record(line: &[u8], next: Option<u64>) -> bool {
     let Some(next) = next else { return false };
     matches!(read_record(line), Ok(Record::Event(span)) if span.first == next)
+}
+
+/// Whether the unfinished last line of a transcript, as the frames since
+/// the line began gave it (`pieces`, in order, none holding a newline,
+/// no later frame), ends in stray fragments before a whole record that
+/// continues the transcript: the pieces joined are no record, but the
+/// last pieces from some point on are ([`stray_fragments`] with the last
+/// piece as the line after), and they are a record whose first `seq`
+/// continues from `next` (the `seq` after the last complete line) or
+/// from the last piece before them judged [`Fragment::Unended`]
+/// ([`is_unended_last_record`]). Returns how each piece before that
+/// point is to be taken; `None` for one piece, or when no suffix is such
+/// a record. One rule for the scan's finding and the join repair, which
+/// cuts each torn piece, ends each whole one and ends the record.
+pub fn last_line_strays(pieces: &[&[u8]], next: Option<u64>) -> Option<Vec<Fragment>> {
+    let (last, before) = pieces.split_last()?;
+    if before.is_empty() {
+        return None;
+    }
+    let strays = stray_fragments(before, last)?;
+    let mut next = next;
+    for (fragment, piece) in strays.iter().zip(pieces) {
+        if *fragment == Fragment::Unended {
+            next = next_seq_after_line(piece).ok();
+        }
+    }
+    let rest = pieces[strays.len()..].concat();
+    is_unended_last_record(&rest, next).then_some(strays)
 }
 
 /// What the reference does with a raw transcript (`session.jsonl`) whose
@@ -155,6 +183,26 @@ mod tests {
         assert!(!is_unended_last_record(&NEXT[..30], Some(5)), "torn");
         let row = br#"{"type":"text-chunks","seq0":5,"time0":1,"data":{"turn":1,"step":1,"index":1,"dt":[0],"texts":["a","b"]}}"#;
         assert!(is_unended_last_record(row, Some(5)), "a packed row");
+    }
+
+    #[test]
+    fn a_torn_start_before_a_whole_last_record_is_cut_apart() {
+        let torn: &[u8] = br#"{"type":"x-note","seq":5,"ti"#;
+        let whole: &[u8] = br#"{"type":"x-note","seq":5,"time":1,"data":{}}"#;
+        assert_eq!(
+            last_line_strays(&[torn, NEXT], Some(5)),
+            Some(vec![Fragment::Torn])
+        );
+        // A whole record before it moves seq on.
+        let six = br#"{"type":"x-note","seq":6,"time":1,"data":{}}"#;
+        assert_eq!(
+            last_line_strays(&[whole, six], Some(5)),
+            Some(vec![Fragment::Unended])
+        );
+        assert_eq!(last_line_strays(&[torn, six], Some(5)), None, "a gap");
+        assert_eq!(last_line_strays(&[NEXT], Some(5)), None, "one piece");
+        let (a, b) = NEXT.split_at(20);
+        assert_eq!(last_line_strays(&[a, b], Some(5)), None, "one record");
     }
 
     #[test]

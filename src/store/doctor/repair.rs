@@ -754,12 +754,8 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(0, |i| i + 1);
-    if header_run && complete == 0 {
-        return Err(std::io::Error::other(
-            "no frame completes the header line: the file holds no session header; set it \
-             aside (move the session directory out of the root)",
-        ));
-    }
+    // The header line itself is the unfinished one.
+    let header_open = header_run && complete == 0;
     let mut cut = open_line.len() - complete;
     if complete > 0 {
         // (One frame, or a run holding only the unfinished line, joined
@@ -770,14 +766,55 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         out.extend(joined_frames(&open_line[..complete], header_run)?);
     }
     // A whole record continuing `seq` is ended with its newline instead,
-    // as the scan said (`is_unended_last_record`).
+    // as the scan said (`is_unended_last_record`); so is one that follows
+    // stray fragments in the last frames (`last_line_strays`): each torn
+    // start before it cut, each whole record ended.
     let last = &open_line[complete..];
-    let ended = cut > 0 && super::fragment::is_unended_last_record(last, next_seq_of_frames(&out));
-    if ended {
+    let next = if header_open {
+        None
+    } else {
+        next_seq_of_frames(&out)
+    };
+    let mut ended = None;
+    if cut > 0 && super::fragment::is_unended_last_record(last, next) {
+        ended = Some(last.len());
         out.extend(encode_frame(&[last, b"\n"].concat())?);
         cut = 0;
+    } else if cut > 0 {
+        let mut bounds = vec![complete];
+        bounds.extend(piece_starts.iter().copied().filter(|&b| b > complete));
+        bounds.push(open_line.len());
+        let pieces: Vec<&[u8]> = bounds.windows(2).map(|w| &open_line[w[0]..w[1]]).collect();
+        if let Some(strays) = super::fragment::last_line_strays(&pieces, next) {
+            let mut emit = Vec::new();
+            for (fragment, piece) in strays.iter().zip(&pieces) {
+                match fragment {
+                    Fragment::Torn => torn_bytes += piece.len(),
+                    Fragment::Unended => {
+                        emit.extend_from_slice(piece);
+                        emit.push(b'\n');
+                        unended += 1;
+                    }
+                }
+            }
+            stray_frames += strays.len();
+            let rest = &open_line[bounds[strays.len()]..];
+            ended = Some(rest.len());
+            // The record is a line of its own after the ended pieces.
+            if !emit.is_empty() {
+                out.extend(joined_frames(&emit, header_open)?);
+            }
+            out.extend(encode_frame(&[rest, b"\n"].concat())?);
+            cut = 0;
+        }
     }
-    if joined == 0 && stray_frames == 0 && cut == 0 && !ended {
+    if header_open && ended.is_none() {
+        return Err(std::io::Error::other(
+            "no frame completes the header line: the file holds no session header; set it \
+             aside (move the session directory out of the root)",
+        ));
+    }
+    if joined == 0 && stray_frames == 0 && cut == 0 && ended.is_none() {
         return Err(std::io::Error::other(
             "no frame ends inside a line now: run the doctor again",
         ));
@@ -826,11 +863,10 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             "the incomplete last line ({cut} bytes), which no frame completes, was cut"
         ));
     }
-    if ended {
+    if let Some(len) = ended {
         parts.push(format!(
-            "the last record ({} bytes), whole and continuing seq but without its newline, \
-             was ended with one",
-            last.len()
+            "the last record ({len} bytes), whole and continuing seq but without its newline, \
+             was ended with one"
         ));
     }
     let mut done = parts.join("; ");

@@ -692,19 +692,39 @@ fn scan_frames(
             .map_or(0, |(_, f)| *f);
         // A whole record continuing `seq` is ended, not cut, by the
         // repair.
+        const ENDED: &str = "the last frame ends with a whole record that continues seq but \
+             has no newline, and no later frame completes it (--repair ends it with one)";
         let unended = !lines.too_long
             && check.lines > 0
             && fragment::is_unended_last_record(&lines.pending, check.next_after_last_line());
+        // Or stray fragments before such a record (the repair cuts or
+        // ends each, then ends the record).
+        let strays = lines
+            .unfinished_pieces()
+            .filter(|_| !unended)
+            .and_then(|pieces| {
+                let strays = fragment::last_line_strays(&pieces, check.next_after_last_line())?;
+                let torn: u64 = strays
+                    .iter()
+                    .zip(&pieces)
+                    .filter(|(f, _)| **f == Fragment::Torn)
+                    .map(|(_, p)| p.len() as u64)
+                    .sum();
+                Some((strays, torn))
+            });
         let detail = if unended {
-            "the last frame ends with a whole record that continues seq but has no newline, \
-             and no later frame completes it (--repair ends it with one)"
+            ENDED.to_string()
+        } else if let Some((strays, torn)) = &strays {
+            let whole = strays.iter().filter(|f| **f == Fragment::Unended).count();
+            lines.end_fragments(strays, check);
+            format!("{}; {ENDED}", fragment::describe(*torn, whole))
         } else {
-            "the frame ends inside a line that no later frame completes"
+            "the frame ends inside a line that no later frame completes".to_string()
         };
         for f in frame_findings.iter_mut().filter(|f| {
             f.kind == Kind::SplitLine && f.offset >= Some(last_run) && f.offset != Some(0)
         }) {
-            f.detail = detail.into();
+            f.detail = detail.clone();
             f.reference = "load fails (complete frame contains a torn JSONL record)".into();
         }
     }
