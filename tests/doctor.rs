@@ -2223,6 +2223,83 @@ fn a_torn_start_before_a_whole_last_record_keeps_the_record() {
     }
 }
 
+/// A transcript that is only its header line, whole but without its
+/// newline: in one frame or split over three (the reference's `list()`
+/// fails for the whole root), or raw (its load fails, "empty or
+/// header-less session log"). `--repair` ends the line with its newline
+/// (the original in the quarantine folder): the reference then lists the
+/// root and loads the session, with no events. It used to fail the
+/// repair (zstd) or set the session aside (raw).
+#[test]
+fn a_header_line_alone_without_its_newline_is_ended() {
+    let header = common::lines::header_line("splitcase", None, 1_767_614_400_000);
+    let line = header.trim_end();
+    let cases = [
+        ("one frame", frame(line), "session.jsonl.zstd"),
+        (
+            "three frames",
+            frames_cut(line, &[10, 40]).concat(),
+            "session.jsonl.zstd",
+        ),
+        ("raw", line.as_bytes().to_vec(), "session.jsonl"),
+    ];
+    for (what, original, name) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let transcript = dir.join(name);
+        fs::write(&transcript, &original).unwrap();
+        let raw = name == "session.jsonl";
+        let mode: [&std::ffi::OsStr; 2] = ["--compression".as_ref(), "none".as_ref()];
+        let mode: &[&std::ffi::OsStr] = if raw { &mode } else { &[] };
+        let (before, _) = oracle::run_oracle(&root, mode);
+        if raw {
+            assert_eq!(
+                oracle::oracle_session(&before, "splitcase")["load"]["ok"],
+                false,
+                "{what}: {before}"
+            );
+        } else {
+            assert_eq!(before["list"]["ok"], false, "{what}: {before}");
+        }
+
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{what}: {report}");
+        assert!(
+            report["findings"][0]["detail"]
+                .as_str()
+                .unwrap()
+                .contains("--repair ends it"),
+            "{what}: {report}"
+        );
+        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
+        assert_eq!(code, 0, "{what}: {report}");
+        let stored = if raw {
+            fs::read(&transcript).unwrap()
+        } else {
+            zstd_dc(&transcript)
+        };
+        assert_eq!(String::from_utf8(stored).unwrap(), header, "{what}");
+        if !raw {
+            let stored = fs::read(&transcript).unwrap();
+            assert_eq!(frame_len(&stored), stored.len(), "{what}: one frame");
+        }
+        assert_original_in_quarantine(&report, &original, what);
+        let (after, out) = oracle::run_oracle(&root, mode);
+        assert!(out.status.success(), "{what}: {after}");
+        assert_eq!(after["list"]["ok"], true, "{what}: {after}");
+        assert_eq!(
+            oracle::oracle_session(&after, "splitcase")["load"]["ok"],
+            true,
+            "{what}: {after}"
+        );
+        assert_splitcase_events(&after, 0, what);
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+    }
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

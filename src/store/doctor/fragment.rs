@@ -10,6 +10,7 @@
 //! ([`super::repair`]), so that the repair does what the report said:
 //! [`stray_fragments`].
 
+use super::super::header::parse_header;
 use super::super::json::{parse_object, Utf8};
 use super::super::lines::{next_seq_after_line, read_record, Record};
 
@@ -107,6 +108,17 @@ pub fn last_line_strays(pieces: &[&[u8]], next: Option<u64>) -> Option<Vec<Fragm
     }
     let rest = pieces[strays.len()..].concat();
     is_unended_last_record(&rest, next).then_some(strays)
+}
+
+/// Whether `line`, the unfinished first line of a transcript (no `\n`,
+/// nothing after it), is a whole valid session header
+/// ([`parse_header`]): the reference refuses the file (zstd: its `list()`
+/// fails for the whole root, "first frame is not exactly one header
+/// line"; raw: "empty or header-less session log"); the repair ends it
+/// with its newline, which makes it a session of no events. One rule for
+/// the scan's finding and the repair.
+pub fn is_unended_header(line: &[u8]) -> bool {
+    parse_header(line).is_ok()
 }
 
 /// What the reference does with a raw transcript (`session.jsonl`) whose

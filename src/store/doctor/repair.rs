@@ -246,6 +246,10 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
                 Kind::TornTail => {
                     torn_tail(&mut run, &path, f.offset.unwrap_or(0), scan.files[fi].raw)
                 }
+                // A raw header line, whole but without its newline.
+                Kind::TornHeader if f.remedy == Remedy::Repair && scan.files[fi].raw => {
+                    torn_tail(&mut run, &path, 0, true)
+                }
                 Kind::TrailingGarbage => cut_garbage(&mut run, &path, f.offset.unwrap_or(0)),
                 Kind::HeaderFrameHoldsEvents => reframe(&mut run, &path),
                 Kind::SkippableFrame => drop_skippable(&mut run, &path),
@@ -545,15 +549,24 @@ fn end_raw_last_record(
     if last.is_empty() || last.contains(&b'\n') {
         return Ok(None);
     }
-    let next = super::super::lines::next_seq_of_transcript(&bytes[..at]).ok();
-    if !super::fragment::is_unended_last_record(last, next) {
-        return Ok(None);
-    }
+    let what = if at == 0 {
+        // The header line alone (`is_unended_header`).
+        if !super::fragment::is_unended_header(last) {
+            return Ok(None);
+        }
+        "the header line"
+    } else {
+        let next = super::super::lines::next_seq_of_transcript(&bytes[..at]).ok();
+        if !super::fragment::is_unended_last_record(last, next) {
+            return Ok(None);
+        }
+        "the last record"
+    };
     run.keep(path, "rewritten", None)?;
     publish_over(path, &[bytes, b"\n"].concat())?;
     Ok(Some(format!(
-        "the last record ({} bytes, at byte {at}), whole and continuing seq but without its \
-         newline, was ended with one; the original is in the quarantine folder",
+        "{what} ({} bytes, at byte {at}), whole but without its newline, was ended with one; \
+         the original is in the quarantine folder",
         last.len()
     )))
 }
@@ -808,13 +821,20 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
             cut = 0;
         }
     }
-    if header_open && ended.is_none() {
+    // The header line alone, whole (`is_unended_header`): ended too.
+    let mut header_ended = None;
+    if header_open && ended.is_none() && super::fragment::is_unended_header(last) {
+        out.extend(encode_frame(&[last, b"\n"].concat())?);
+        header_ended = Some(last.len());
+        cut = 0;
+    }
+    if header_open && ended.is_none() && header_ended.is_none() {
         return Err(std::io::Error::other(
             "no frame completes the header line: the file holds no session header; set it \
              aside (move the session directory out of the root)",
         ));
     }
-    if joined == 0 && stray_frames == 0 && cut == 0 && ended.is_none() {
+    if joined == 0 && stray_frames == 0 && cut == 0 && ended.is_none() && header_ended.is_none() {
         return Err(std::io::Error::other(
             "no frame ends inside a line now: run the doctor again",
         ));
@@ -861,6 +881,11 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     if cut > 0 {
         parts.push(format!(
             "the incomplete last line ({cut} bytes), which no frame completes, was cut"
+        ));
+    }
+    if let Some(len) = header_ended {
+        parts.push(format!(
+            "the header line ({len} bytes), whole but without its newline, was ended with one"
         ));
     }
     if let Some(len) = ended {

@@ -447,6 +447,16 @@ fn scan_lines(
                     ),
                 )
                 .with_reference(fragment::RAW_UNENDED_REFERENCE)
+            } else if kind == Kind::TornHeader && fragment::is_unended_header(&line) {
+                Finding::new(
+                    &scan.path,
+                    kind,
+                    format!(
+                        "the file is its header line ({n} bytes), whole but without its \
+                         newline (--repair ends it with one)"
+                    ),
+                )
+                .with_remedy(Remedy::Repair)
             } else {
                 Finding::new(
                     &scan.path,
@@ -712,7 +722,14 @@ fn scan_frames(
                     .sum();
                 Some((strays, torn))
             });
-        let detail = if unended {
+        // The header line alone, whole: the repair ends it too.
+        let header_ended =
+            !lines.too_long && check.lines == 0 && fragment::is_unended_header(&lines.pending);
+        let detail = if header_ended {
+            "the header frame ends with the whole header line but no newline, and no later \
+             frame completes it (--repair ends it with one)"
+                .to_string()
+        } else if unended {
             ENDED.to_string()
         } else if let Some((strays, torn)) = &strays {
             let whole = strays.iter().filter(|f| **f == Fragment::Unended).count();
@@ -722,10 +739,14 @@ fn scan_frames(
             "the frame ends inside a line that no later frame completes".to_string()
         };
         for f in frame_findings.iter_mut().filter(|f| {
-            f.kind == Kind::SplitLine && f.offset >= Some(last_run) && f.offset != Some(0)
+            f.kind == Kind::SplitLine
+                && f.offset >= Some(last_run)
+                && (f.offset != Some(0) || header_ended)
         }) {
             f.detail = detail.clone();
-            f.reference = "load fails (complete frame contains a torn JSONL record)".into();
+            if !header_ended {
+                f.reference = "load fails (complete frame contains a torn JSONL record)".into();
+            }
         }
     }
     broken_joins(&mut frame_findings, &split_starts, &lines.broken_joins);
