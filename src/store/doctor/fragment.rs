@@ -131,24 +131,29 @@ pub const RAW_UNENDED_REFERENCE: &str =
     "load() truncates the file before it: the record is lost (it reads the lines before it)";
 
 /// How the scan's finding describes stray pieces: `torn` bytes of records
-/// whose rest never came, `unended` whole records without their newline.
+/// whose rest never came, `unended` whole records without their newline;
+/// one sentence, the counts after what the frame does (an empty count
+/// left out).
 pub fn describe(torn: u64, unended: usize) -> String {
-    let mut parts = vec![
-        "the frame ends inside a line that the next frames do not continue (a record of its \
-         own begins there)"
-            .to_string(),
-    ];
+    let mut held = Vec::new();
     if torn > 0 {
-        parts.push(format!("{torn} bytes of records whose rest never came"));
+        held.push(format!("{torn} bytes of records whose rest never came"));
     }
     if unended > 0 {
-        parts.push(format!(
+        held.push(format!(
             "{unended} whole {} without {} newline",
             if unended == 1 { "record" } else { "records" },
             if unended == 1 { "its" } else { "their" }
         ));
     }
-    parts.join(": ")
+    let mut text = "the frame ends inside a line that the next frames do not continue (a \
+                    record of its own begins there)"
+        .to_string();
+    if !held.is_empty() {
+        text.push_str("; the frames before that record hold ");
+        text.push_str(&held.join(" and "));
+    }
+    text
 }
 
 /// What the reference does with such a file (the finding's reference).
@@ -215,6 +220,25 @@ mod tests {
         assert_eq!(last_line_strays(&[NEXT], Some(5)), None, "one piece");
         let (a, b) = NEXT.split_at(20);
         assert_eq!(last_line_strays(&[a, b], Some(5)), None, "one record");
+    }
+
+    #[test]
+    fn the_description_is_one_sentence() {
+        let base = "the frame ends inside a line that the next frames do not continue (a \
+                    record of its own begins there)";
+        assert_eq!(describe(0, 0), base);
+        assert_eq!(
+            describe(20, 0),
+            format!("{base}; the frames before that record hold 20 bytes of records whose rest never came")
+        );
+        assert_eq!(
+            describe(20, 2),
+            format!(
+                "{base}; the frames before that record hold 20 bytes of records whose rest \
+                 never came and 2 whole records without their newline"
+            )
+        );
+        assert_eq!(describe(0, 2).matches(": ").count(), 0);
     }
 
     #[test]
