@@ -2300,6 +2300,53 @@ fn a_header_line_alone_without_its_newline_is_ended() {
     }
 }
 
+/// A `seq` gap: the finding's reference text says what the oracle's load
+/// does: for a zstd transcript its error ("complete frame contains a torn
+/// JSONL record"), for a raw one the truncation at the gap (it loads the
+/// events before it). Reported only: `--repair` leaves it.
+#[test]
+fn a_seq_gap_names_what_the_references_load_does() {
+    let (text, ends) = split_case(3);
+    // seq 0, then 2 and 3: seq 1 is missing.
+    let gapped = text[ends[1]..].replace("\"seq\":2", "\"seq\":3");
+    let gapped = gapped.replacen("\"seq\":1", "\"seq\":2", 1);
+    let lines = format!("{}{gapped}", &text[..ends[1]]);
+    for raw in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("_no-cwd").join("splitcase");
+        fs::create_dir_all(&dir).unwrap();
+        let (name, bytes) = if raw {
+            ("session.jsonl", lines.clone().into_bytes())
+        } else {
+            let cuts: Vec<usize> = lines.match_indices('\n').map(|(i, _)| i + 1).collect();
+            (
+                "session.jsonl.zstd",
+                frames_cut(&lines, &cuts[..cuts.len() - 1]).concat(),
+            )
+        };
+        fs::write(dir.join(name), &bytes).unwrap();
+        let (code, report) = doctor_json(tmp.path(), &root, &[]);
+        assert_eq!(code, 1, "{report}");
+        let f = &report["findings"][0];
+        assert_eq!(f["kind"], "seq_gap", "{report}");
+        let reference = f["reference"].as_str().unwrap();
+        if raw {
+            let o = raw_oracle_report(&root);
+            assert_splitcase_events(&o, 1, "raw");
+            assert!(reference.contains("truncates the file at the gap"), "{f}");
+        } else {
+            let o = oracle::report(&root);
+            let error = oracle::oracle_session(&o, "splitcase")["load"]["error"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let message = error.rsplit("session log: ").next().unwrap();
+            assert!(reference.contains(message), "{f} vs the oracle's {error}");
+        }
+    }
+}
+
 /// The frames of `text` cut at the byte offsets `cuts` (ascending).
 fn frames_cut(text: &str, cuts: &[usize]) -> Vec<Vec<u8>> {
     let mut bounds = vec![0];

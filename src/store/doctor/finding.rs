@@ -282,6 +282,15 @@ fn default_fix(kind: Kind, remedy: Remedy, path: &std::path::Path) -> String {
     }
 }
 
+/// What the reference does with a seq gap in a raw transcript: its
+/// scanner stops the committed prefix at the gap, and its load truncates
+/// the file there (the lines from the gap on are lost). Source: the
+/// reference's `SessionLogScanner` and `commitRepair`, run by the oracle
+/// with `--compression none`.
+pub const SEQ_GAP_RAW_REFERENCE: &str =
+    "load() truncates the file at the gap: the lines from it on are lost (it loads the \
+     events before it)";
+
 /// What the reference does with each kind, and the doctor's remedy.
 fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
     use Kind as K;
@@ -345,7 +354,14 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
             R::Repair,
         ),
         K::InvalidLine => ("load fails (invalid record)", R::SetAside),
-        K::SeqGap => ("load fails (seq not contiguous)", R::Report),
+        // The reference's scanner stops its committed prefix at the gap
+        // and the load of a zstd transcript then fails with this message
+        // (a raw one's load truncates there: [`SEQ_GAP_RAW_REFERENCE`]).
+        K::SeqGap => (
+            "load fails (complete frame contains a torn JSONL record): its scan stops \
+             committing at the gap",
+            R::Report,
+        ),
         K::SeqDuplicate | K::InterleavedWriters => ("load fails (seq not contiguous)", R::Fork),
         K::UnknownEventType => (
             "load refuses the session (event type unknown to this harness, not ignorable)",

@@ -349,6 +349,9 @@ pub fn scan_file(path: &Path, raw: bool) -> FileScan {
     for f in found {
         let at = frame_of(f.plain_offset);
         let mut finding = Finding::new(path, f.kind, f.detail);
+        if raw && f.kind == Kind::SeqGap {
+            finding = finding.with_reference(super::finding::SEQ_GAP_RAW_REFERENCE);
+        }
         if ambiguous && matches!(f.kind, Kind::SeqDuplicate | Kind::InterleavedWriters) {
             // A split would have to guess whose line is whose: reported,
             // the transcript left as it is.
