@@ -341,6 +341,10 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
             R::Repair,
         ),
         K::BadHeader => ("refuses the session (invalid header)", R::SetAside),
+        // Set aside whole, never cut to the verified prefix: FORMAT.md
+        // ("Reading and recovery") truncates only a torn tail, the
+        // reference's load fails without truncating, and the verified
+        // frames after the damage hold whole records (README, doctor).
         K::CorruptFrame => ("reading fails (frame failed validation)", R::SetAside),
         K::WindowTooLarge => (
             "reads it (windows up to 128 MiB); sessionfs refuses frames of more than 16 MiB",
