@@ -1147,6 +1147,15 @@ fn mkdir_accepts_only_canonical_creatable_names() {
         libc::EINVAL,
         "mkdir of a non-project",
     );
+    // Project keys no cwd derives (FORMAT.md, Project key): every header
+    // under them would be refused.
+    for name in ["--Foo Bar--", "--caf~00e9--", "--~0041--", "---x--"] {
+        assert_errno(
+            fs::create_dir(mnt.join(name)),
+            libc::EINVAL,
+            &format!("mkdir {name:?}"),
+        );
+    }
     fs::create_dir(mnt.join(APP)).unwrap();
     for name in ["~00e9", "abc~0041", "~002e", "a~", "x~12"] {
         assert_errno(

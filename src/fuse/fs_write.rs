@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use super::fs::{split_session_dir, Attr, FsError, FsResult, Handle, SessionFs};
 use super::inode::Node;
 use super::writer::{Committed, Writer};
-use crate::store::naming::{check_creatable_id, decode_id, is_project_dir_name};
+use crate::store::naming::{check_creatable_id, decode_id, is_project_dir_name, non_canonical_key};
 use crate::store::{
     is_flat_artifact_name, is_foreign_transcript_name, is_publication_temp, StoreError, Transcript,
     VIEW_NAME,
@@ -377,6 +377,13 @@ impl SessionFs {
             Node::Root => {
                 if !is_project_dir_name(&text) || text.as_bytes() != name.as_bytes() {
                     log::warn!("mkdir {text:?} refused: a project directory is named --<project key>-- or _no-cwd");
+                    return Err(FsError::Invalid);
+                }
+                if let Some(why) = non_canonical_key(&text) {
+                    log::warn!(
+                        "mkdir {text:?} refused: no cwd has this project key ({why}); \
+                         `sessionfs key CWD` prints the directory name of a cwd"
+                    );
                     return Err(FsError::Invalid);
                 }
                 Node::Project {

@@ -97,6 +97,65 @@ pub fn is_project_dir_os(name: &std::ffi::OsStr) -> bool {
     b == NO_CWD_DIR.as_bytes() || (b.len() > 4 && b.starts_with(b"--") && b.ends_with(b"--"))
 }
 
+/// Why `name` (`--<key>--`) is not a project directory name some `cwd`
+/// derives ([`project_key`], FORMAT.md, Project key), or `None` when one
+/// does: the key holds only safe characters and `~XXXX` escapes (four
+/// uppercase hex digits) of units that are neither safe nor separators,
+/// does not start with `-`, and is at most 251 characters, the last
+/// escape cut short only at that length. `_no-cwd` and names that are not
+/// `--…--` are not judged here ([`is_project_dir_name`]).
+pub fn non_canonical_key(name: &str) -> Option<String> {
+    let key = name.strip_prefix("--")?.strip_suffix("--")?;
+    if key.starts_with('-') {
+        return Some(
+            "a project key never starts with '-' (leading separators are stripped)".into(),
+        );
+    }
+    if key.len() > MAX_KEY_BODY {
+        return Some(format!(
+            "a project key is at most {MAX_KEY_BODY} characters"
+        ));
+    }
+    let bytes = key.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b < 0x80 && is_safe_unit(u16::from(b)) {
+            i += 1;
+            continue;
+        }
+        if b != b'~' {
+            let c = key[i..].chars().next().unwrap_or('?');
+            return Some(format!(
+                "{c:?} is never in a project key (it is written ~{:04X} for each UTF-16 unit)",
+                c.encode_utf16(&mut [0; 2])[0]
+            ));
+        }
+        let hex = &bytes[i + 1..bytes.len().min(i + 5)];
+        let well_formed = hex.iter().all(|h| matches!(h, b'0'..=b'9' | b'A'..=b'F'));
+        if hex.len() < 4 {
+            // Cut by the length limit: only at its very end.
+            if well_formed && key.len() == MAX_KEY_BODY {
+                return None;
+            }
+            return Some("an escape is ~ and four uppercase hex digits".into());
+        }
+        if !well_formed {
+            return Some("an escape is ~ and four uppercase hex digits".into());
+        }
+        let unit = u16::from_str_radix(std::str::from_utf8(hex).unwrap_or("0"), 16).unwrap_or(0);
+        if is_safe_unit(unit) || matches!(unit, 0x2F | 0x5C | 0x3A) {
+            return Some(format!(
+                "~{unit:04X} is never in a project key ({:?} is written as {})",
+                char::from_u32(u32::from(unit)).unwrap_or('?'),
+                if is_safe_unit(unit) { "itself" } else { "-" }
+            ));
+        }
+        i += 5;
+    }
+    None
+}
+
 /// The session directory name of an id (injective, reversible escape).
 ///
 /// Errors: [`StoreError::InvalidName`] for the empty id.
@@ -250,5 +309,33 @@ mod tests {
             Err(StoreError::NameTooLong { .. })
         ));
         assert!(check_creatable_id(&"x".repeat(244)).is_ok());
+    }
+
+    #[test]
+    fn derived_keys_are_canonical_and_others_are_not() {
+        for cwd in [
+            "/home/alice/work/app",
+            "C:\\Users\\dev\\repo",
+            "/",
+            "/a-/b/",
+            "/home/bob/~tilde/caf\u{e9}/\u{1F680} x",
+            &format!("/{}", "\u{e9}".repeat(80)),
+            &format!("/{}", "a".repeat(300)),
+        ] {
+            let name = project_key(cwd).unwrap();
+            assert_eq!(non_canonical_key(&name), None, "{cwd:?} -> {name}");
+        }
+        for name in [
+            "--Foo Bar--",
+            "--~0041--",
+            "--~002F--",
+            "--caf~00e9--",
+            "---a--",
+            "--a~00--",
+            "--a~00G9--",
+            "--caf\u{e9}--",
+        ] {
+            assert!(non_canonical_key(name).is_some(), "{name} accepted");
+        }
     }
 }
