@@ -37,6 +37,14 @@ pub trait ReadAt {
     fn read_at_cached(&self, _buf: &mut [u8], _offset: u64) -> Option<usize> {
         None
     }
+
+    /// The offset at or after `offset` where bytes that may not be zeros
+    /// start: the bytes before it are a hole (they read as zeros). A file
+    /// asks `lseek(SEEK_DATA)` ([`super::holes::next_data`]); `u64::MAX`
+    /// when only holes follow. By default `offset` (every byte is read).
+    fn next_data(&self, offset: u64) -> u64 {
+        offset
+    }
 }
 
 impl ReadAt for File {
@@ -63,6 +71,10 @@ impl ReadAt for File {
         // SAFETY: one iovec over `buf`, valid for writes of its length.
         let n = unsafe { libc::preadv2(self.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
         usize::try_from(n).ok()
+    }
+
+    fn next_data(&self, offset: u64) -> u64 {
+        super::holes::next_data(self, offset)
     }
 }
 
@@ -167,6 +179,10 @@ impl<R: ReadAt + ?Sized> ReadAt for ChunkedReader<'_, R> {
         st.data = data;
         st.start = offset;
         Ok(n)
+    }
+
+    fn next_data(&self, offset: u64) -> u64 {
+        self.src.next_data(offset)
     }
 }
 

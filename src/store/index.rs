@@ -874,7 +874,8 @@ impl Ahead {
 }
 
 /// The first offset at or after `from` whose four bytes are the zstd
-/// frame magic: a candidate only, never a frame boundary by itself.
+/// frame magic: a candidate only, never a frame boundary by itself. Holes
+/// ([`ReadAt::next_data`]) are skipped; `None` when `stop` is set.
 fn next_magic<R: ReadAt + ?Sized>(
     src: &R,
     from: u64,
@@ -882,15 +883,21 @@ fn next_magic<R: ReadAt + ?Sized>(
     stop: &AtomicBool,
 ) -> Option<u64> {
     let magic = super::frame::ZSTD_MAGIC.to_le_bytes();
+    let finder = memchr::memmem::Finder::new(&magic);
     let mut buf = vec![0u8; WALK_CHUNK];
     let mut at = from;
     while at.checked_add(4)? <= file_len && !stop.load(Ordering::Relaxed) {
+        // Holes (zeros) hold no magic: skipped, not read.
+        at = at.max(src.next_data(at));
+        if at.checked_add(4)? > file_len {
+            return None;
+        }
         let want = (file_len - at).min(WALK_CHUNK as u64) as usize;
         let n = src.read_at(&mut buf[..want], at).ok()?;
         if n < 4 {
             return None;
         }
-        if let Some(i) = buf[..n].windows(4).position(|w| w == magic) {
+        if let Some(i) = finder.find(&buf[..n]) {
             return Some(at + i as u64);
         }
         at += (n - 3) as u64;

@@ -25,6 +25,7 @@ pub mod growth;
 pub mod hash;
 pub mod header;
 mod hidden_locks;
+pub mod holes;
 pub mod index;
 pub mod index_store;
 pub mod json;
