@@ -1303,6 +1303,57 @@ fn a_stale_lock_file_is_reported() {
         .any(|(k, _)| k == "stale_lock"));
 }
 
+/// `.fuse_hidden*` copies sshfs kept of a writer's wait announcement or of
+/// a lock file (unlinked while another process of the client held them
+/// open) are reported once older than a lease could run, and --repair
+/// moves them to the quarantine folder; a recent one, and a hidden file
+/// holding anything else, are left alone.
+#[test]
+fn hidden_copies_of_wait_announcements_and_locks_are_reported_and_set_aside() {
+    let (tmp, root) = case_copy("corrupt-header");
+    let dir = root.join(APP).join("valid-neighbour");
+    let wait = concat!(
+        r#"{"sessionfs_wait":1,"host":"b","boot":"x","pid":7,"pidns":"pid:[1]","#,
+        r#""window_ms":100,"token":"t"}"#,
+        "\n"
+    )
+    .as_bytes();
+    let lock =
+        br#"{"sessionfs_lock":1,"host":"b","boot":"x","pid":1,"token":"t","lease_ms":15000}"#;
+    let files: [(&str, &[u8], bool); 4] = [
+        (".fuse_hidden00000a1b00000001", wait, true),
+        (".fuse_hidden00000a1b00000002", lock, true),
+        (".fuse_hidden00000a1b00000003", wait, false), // recent
+        (".fuse_hidden00000a1b00000004", b"user data", true),
+    ];
+    for (name, body, aged) in files {
+        fs::write(dir.join(name), body).unwrap();
+        if aged {
+            common::sh_ok("touch -d '-1 hour' \"$1\"", [dir.join(name).as_os_str()]);
+        }
+    }
+    let rel = |n: &str| format!("{APP}/valid-neighbour/{n}");
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    let hidden: Vec<String> = findings(&report, &root)
+        .into_iter()
+        .filter(|(k, _)| k == "hidden_lock_copy")
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(hidden, [rel(files[0].0), rel(files[1].0)], "{report}");
+    let text = report.to_string();
+    assert!(text.contains("wait announcement"), "{text}");
+    doctor_json(tmp.path(), &root, &["--repair"]);
+    assert!(!dir.join(files[0].0).exists() && !dir.join(files[1].0).exists());
+    assert!(dir.join(files[2].0).exists() && dir.join(files[3].0).exists());
+    let (_, report) = doctor_json(tmp.path(), &root, &[]);
+    assert!(
+        !findings(&report, &root)
+            .iter()
+            .any(|(k, _)| k == "hidden_lock_copy"),
+        "{report}"
+    );
+}
+
 /// The commit protocol's other files (a waiter's marker, a takeover claim,
 /// a breaker's temporary: `.sessionfs.lock*`, src/store/lease.rs) are left
 /// to the protocol: no finding, even an hour old, and --repair keeps them.

@@ -93,6 +93,14 @@ impl Announcement {
     }
 }
 
+/// Whether `bytes` are an announcement's body (of this version; the empty
+/// bodies of earlier versions are not told from an empty file): the
+/// network client's cleaner ([`super::hidden_locks`]) recognizes the copies
+/// sshfs keeps of one unlinked while open.
+pub(crate) fn is_announcement(bytes: &[u8]) -> bool {
+    Announcement::parse(bytes).is_some()
+}
+
 /// The session directories where a writer of this process announced
 /// itself and has not withdrawn yet, with that writer.
 fn announced() -> &'static Mutex<HashSet<(PathBuf, HolderId)>> {

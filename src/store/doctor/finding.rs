@@ -27,6 +27,10 @@ pub enum Kind {
     StaleTemporary,
     /// A `.sessionfs.lock` whose lease expired (mtime older than it).
     StaleLock,
+    /// A `.fuse_hidden*` copy of a lock file or of a writer's wait
+    /// announcement that a network client (sshfs) kept after its unlink,
+    /// older than a lease could run.
+    HiddenLockCopy,
     /// A sync tool's conflict copy beside a transcript.
     ConflictCopy,
     /// A symbolic link to a directory where a session directory goes:
@@ -93,6 +97,7 @@ impl Kind {
             Kind::UnsupportedVersion => "unsupported_version",
             Kind::StaleTemporary => "stale_temporary",
             Kind::StaleLock => "stale_lock",
+            Kind::HiddenLockCopy => "hidden_lock_copy",
             Kind::ConflictCopy => "conflict_copy",
             Kind::LinkedSessionDir => "linked_session_dir",
             Kind::Empty => "empty",
@@ -317,6 +322,10 @@ fn reference_and_remedy(kind: Kind) -> (&'static str, Remedy) {
             R::Report,
         ),
         K::StaleTemporary => ("ignores it", R::Repair),
+        K::HiddenLockCopy => (
+            "ignores it; the mount lists it in the session directory",
+            R::Repair,
+        ),
         K::StaleLock => (
             "ignores it; sessionfs writers wait for its lease",
             R::Report,

@@ -1,7 +1,9 @@
 //! The doctor's walk of a root's layout: project and session directories,
 //! transcripts and what lies beside them (flat artifacts, transcripts of the
 //! other encoding, unsupported transcript names, stale publication
-//! temporaries, stale `.sessionfs.lock` files, sync conflict copies).
+//! temporaries, stale `.sessionfs.lock` files, `.fuse_hidden*` copies a
+//! network client kept of lock files and wait announcements, sync conflict
+//! copies).
 //!
 //! Source: FORMAT.md ("Layout"), MOUNT.md ("The tree", "Shared roots").
 
@@ -221,6 +223,25 @@ fn walk_session(dir: &Path, now: SystemTime, out: &mut Layout) {
                     ),
                 ));
             }
+        } else if super::super::hidden_locks::is_hidden_name(&name) {
+            // What sshfs kept of a lock file or wait announcement unlinked
+            // while open: the cleaner's rules (`hidden_locks`), never
+            // anything else of that name.
+            let Some(what) = super::super::hidden_locks::stale_copy(&path, takeover_after(&path))
+            else {
+                continue;
+            };
+            let old = fs::symlink_metadata(&path).map_or(Duration::ZERO, |m| age(&m, now));
+            out.findings.push(Finding::new(
+                path,
+                Kind::HiddenLockCopy,
+                format!(
+                    "{} that a network client (sshfs) kept under a hidden name after its \
+                     unlink, {} s old: no writer uses it, and the session directory lists it",
+                    what.describe(),
+                    old.as_secs()
+                ),
+            ));
         } else if b.starts_with(LOCK_NAME.as_bytes()) {
             // The commit protocol's own files (a waiter's marker, takeover
             // claims and temporaries, lease.rs): left to the protocol.

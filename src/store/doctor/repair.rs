@@ -176,7 +176,10 @@ pub fn repair(scan: &mut Scan, quarantine_base: Option<PathBuf>) -> Option<PathB
             continue; // its fix says why (mark_links)
         }
         let done = match f.kind {
-            Kind::StaleTemporary | Kind::FlatArtifact | Kind::DuplicateId => run
+            Kind::StaleTemporary
+            | Kind::HiddenLockCopy
+            | Kind::FlatArtifact
+            | Kind::DuplicateId => run
                 .set_aside(&f.path)
                 .map(|c| format!("moved to the quarantine folder as {}", Shown(&c))),
             Kind::Misplaced => move_home(&mut run, scan, &f.path),
