@@ -2196,20 +2196,37 @@ fn a_torn_frames_whole_last_record_is_kept() {
             report["findings"][0]["kind"], "torn_tail",
             "{what}: {report}"
         );
-        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
-        assert_eq!(code, 0, "{what}: {report}");
-        assert_eq!(
-            String::from_utf8(zstd_dc(&transcript)).unwrap(),
-            want,
-            "{what}: {report}"
-        );
-        assert!(fs::read(&transcript).unwrap().starts_with(&head), "{what}");
-        assert_original_in_quarantine(&report, &original, what);
-        let after = assert_oracle_loads(&root, &[]);
-        assert_splitcase_events(&after, want.lines().count() as u64 - 1, what);
-        let (code, report) = doctor_json(tmp.path(), &root, &[]);
-        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+        assert_splitcase_repair_keeps(tmp.path(), &root, &original, &head, want, what);
     }
+}
+
+/// `doctor --repair` of the one-session `splitcase` root under `tmp`
+/// (its transcript first `original`): exit 0, the transcript decodes to
+/// `want` and still starts with the bytes `head`, the original is in the
+/// quarantine folder, the reference loads every line of `want` after the
+/// header, and a second doctor finds nothing.
+fn assert_splitcase_repair_keeps(
+    tmp: &Path,
+    root: &Path,
+    original: &[u8],
+    head: &[u8],
+    want: &str,
+    what: &str,
+) {
+    let transcript = root.join("_no-cwd/splitcase/session.jsonl.zstd");
+    let (code, report) = doctor_json(tmp, root, &["--repair"]);
+    assert_eq!(code, 0, "{what}: {report}");
+    assert_eq!(
+        String::from_utf8(zstd_dc(&transcript)).unwrap(),
+        want,
+        "{what}: {report}"
+    );
+    assert!(fs::read(&transcript).unwrap().starts_with(head), "{what}");
+    assert_original_in_quarantine(&report, original, what);
+    let after = assert_oracle_loads(root, &[]);
+    assert_splitcase_events(&after, want.lines().count() as u64 - 1, what);
+    let (code, report) = doctor_json(tmp, root, &[]);
+    assert_eq!(code, 0, "{what}: clean after one repair: {report}");
 }
 
 /// The last frames ending inside a line no frame completes, where a torn
@@ -2258,19 +2275,7 @@ fn a_torn_start_before_a_whole_last_record_keeps_the_record() {
             f["detail"].as_str().unwrap().contains("--repair ends it"),
             "{what}: {f}"
         );
-        let (code, report) = doctor_json(tmp.path(), &root, &["--repair"]);
-        assert_eq!(code, 0, "{what}: {report}");
-        assert_eq!(
-            String::from_utf8(zstd_dc(&transcript)).unwrap(),
-            want,
-            "{what}: {report}"
-        );
-        assert!(fs::read(&transcript).unwrap().starts_with(&head), "{what}");
-        assert_original_in_quarantine(&report, &original, what);
-        let after = assert_oracle_loads(&root, &[]);
-        assert_splitcase_events(&after, want.lines().count() as u64 - 1, what);
-        let (code, report) = doctor_json(tmp.path(), &root, &[]);
-        assert_eq!(code, 0, "{what}: clean after one repair: {report}");
+        assert_splitcase_repair_keeps(tmp.path(), &root, &original, &head, &want, what);
     }
 }
 

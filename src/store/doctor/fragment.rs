@@ -130,6 +130,39 @@ pub fn is_unended_header(line: &[u8]) -> bool {
 pub const RAW_UNENDED_REFERENCE: &str =
     "load() truncates the file before it: the record is lost (it reads the lines before it)";
 
+/// Bytes of the `strays` (one verdict per piece, from the first of
+/// `pieces`) that are torn starts: what a repair cuts.
+pub fn torn_bytes(strays: &[Fragment], pieces: &[&[u8]]) -> u64 {
+    strays
+        .iter()
+        .zip(pieces)
+        .filter(|(f, _)| **f == Fragment::Torn)
+        .map(|(_, p)| p.len() as u64)
+        .sum()
+}
+
+/// Appends to `emit` each of the `strays`' pieces that is a whole record
+/// (`Unended`), ended with a newline, and leaves out the torn starts.
+/// Returns (bytes left out, records ended).
+pub fn end_whole_records(
+    strays: &[Fragment],
+    pieces: &[&[u8]],
+    emit: &mut Vec<u8>,
+) -> (usize, usize) {
+    let (mut torn, mut ended) = (0, 0);
+    for (fragment, piece) in strays.iter().zip(pieces) {
+        match fragment {
+            Fragment::Torn => torn += piece.len(),
+            Fragment::Unended => {
+                emit.extend_from_slice(piece);
+                emit.push(b'\n');
+                ended += 1;
+            }
+        }
+    }
+    (torn, ended)
+}
+
 /// How the scan's finding describes stray pieces: `torn` bytes of records
 /// whose rest never came, `unended` whole records without their newline;
 /// one sentence, the counts after what the frame does (an empty count

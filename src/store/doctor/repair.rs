@@ -654,7 +654,7 @@ fn cut_garbage(run: &mut Run, path: &Path, at: u64) -> std::io::Result<String> {
 /// folder. Returns what was done.
 fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
     use super::super::frame::FrameKind;
-    use super::fragment::{stray_fragments, Fragment};
+    use super::fragment::stray_fragments;
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     let locked = repair_lock(path, &file)?;
     let bytes = fs::read(path)?;
@@ -692,26 +692,15 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         let mut bounds = vec![start];
         bounds.extend(piece_starts.iter().copied().filter(|&b| b > start));
         bounds.push(open_line.len());
+        let pieces: Vec<&[u8]> = bounds.windows(2).map(|w| &open_line[w[0]..w[1]]).collect();
         let stray = memchr::memchr(b'\n', &plain)
             .filter(|_| !open_line.is_empty())
-            .and_then(|i| {
-                let pieces: Vec<&[u8]> =
-                    bounds.windows(2).map(|w| &open_line[w[0]..w[1]]).collect();
-                stray_fragments(&pieces, &plain[..i])
-            });
+            .and_then(|i| stray_fragments(&pieces, &plain[..i]));
         if let Some(strays) = stray {
             let mut emit = open_line[..start].to_vec();
-            for (i, fragment) in strays.iter().enumerate() {
-                let piece = &open_line[bounds[i]..bounds[i + 1]];
-                match fragment {
-                    Fragment::Torn => torn_bytes += piece.len(),
-                    Fragment::Unended => {
-                        emit.extend_from_slice(piece);
-                        emit.push(b'\n');
-                        unended += 1;
-                    }
-                }
-            }
+            let (torn, records) = super::fragment::end_whole_records(&strays, &pieces, &mut emit);
+            torn_bytes += torn;
+            unended += records;
             if !emit.is_empty() {
                 out.extend(joined_frames(&emit, header_run)?);
             }
@@ -803,16 +792,9 @@ fn join_split_lines(run: &mut Run, path: &Path) -> std::io::Result<String> {
         let pieces: Vec<&[u8]> = bounds.windows(2).map(|w| &open_line[w[0]..w[1]]).collect();
         if let Some(strays) = super::fragment::last_line_strays(&pieces, next) {
             let mut emit = Vec::new();
-            for (fragment, piece) in strays.iter().zip(&pieces) {
-                match fragment {
-                    Fragment::Torn => torn_bytes += piece.len(),
-                    Fragment::Unended => {
-                        emit.extend_from_slice(piece);
-                        emit.push(b'\n');
-                        unended += 1;
-                    }
-                }
-            }
+            let (torn, records) = super::fragment::end_whole_records(&strays, &pieces, &mut emit);
+            torn_bytes += torn;
+            unended += records;
             stray_frames += strays.len();
             let rest = &open_line[bounds[strays.len()]..];
             ended = Some(rest.len());

@@ -597,12 +597,7 @@ fn scan_frames(
                 .zip(first_line)
                 .and_then(|(pieces, next)| {
                     let strays = stray_fragments(&pieces, next)?;
-                    let torn: u64 = strays
-                        .iter()
-                        .zip(&pieces)
-                        .filter(|(f, _)| **f == Fragment::Torn)
-                        .map(|(_, p)| p.len() as u64)
-                        .sum();
+                    let torn = fragment::torn_bytes(&strays, &pieces);
                     Some((strays, torn))
                 });
             if let Some((strays, torn)) = stray {
@@ -717,12 +712,7 @@ fn scan_frames(
             .filter(|_| !unended)
             .and_then(|pieces| {
                 let strays = fragment::last_line_strays(&pieces, check.next_after_last_line())?;
-                let torn: u64 = strays
-                    .iter()
-                    .zip(&pieces)
-                    .filter(|(f, _)| **f == Fragment::Torn)
-                    .map(|(_, p)| p.len() as u64)
-                    .sum();
+                let torn = fragment::torn_bytes(&strays, &pieces);
                 Some((strays, torn))
             });
         // The header line alone, whole: the repair ends it too.
