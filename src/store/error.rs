@@ -372,8 +372,9 @@ impl fmt::Display for StoreError {
             StoreError::HeaderLess { path, reason } if reason.starts_with("not a regular file") => {
                 write!(
                     f,
-                    "{}: {reason} where the transcript belongs; move it out of the root (the \
-                     session is not shown until a transcript is there)",
+                    "{}: {reason} where the transcript belongs; move it out of the root (until \
+                     a transcript is there, the session's session.jsonl and session.md fail \
+                     with EIO)",
                     Shown(path)
                 )
             }

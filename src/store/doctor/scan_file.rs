@@ -262,8 +262,8 @@ pub fn scan_file(path: &Path, raw: bool) -> FileScan {
         let shown = super::super::error::ShellArg(path).to_string();
         let fix = if what.starts_with("not a regular file") {
             format!(
-                "move {shown} out of the root (the session is not shown until a transcript \
-                 is there)"
+                "move {shown} out of the root (until a transcript is there, the session's \
+                 session.jsonl and session.md fail with EIO)"
             )
         } else {
             format!("restore {shown} from a backup")
