@@ -519,6 +519,69 @@ fn repair_damaged_cases_then_restore() {
     }
 }
 
+/// `--restore` of a transcript set aside whole that is a sparse file of
+/// 2 GiB (frames, then a hole) puts it back with bounded memory: it
+/// compared the files by reading both whole into memory (a tester's
+/// 20 GiB one ran 30 s of system time and did not finish).
+#[test]
+fn restore_of_a_large_sparse_transcript_streams() {
+    let (tmp, root) = common::corpus_copy("normal");
+    let transcript = root.join("--home-alice-work-app--/Session-A/session.jsonl.zstd");
+    let head = fs::read(&transcript).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&transcript)
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let quarantine = tmp.path().join("q");
+    let (code, report) = doctor_json(
+        tmp.path(),
+        &transcript,
+        &["--repair", "--quarantine", quarantine.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{report}");
+    assert!(!transcript.exists(), "set aside: {report}");
+    let run = PathBuf::from(report["quarantine"].as_str().unwrap());
+    // Reaped by wait4 below, which also gives its peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(bin())
+        .args(["doctor".as_ref(), "--restore".as_ref(), run.as_os_str()])
+        .env("XDG_STATE_HOME", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is valid; `pid` is our child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break (status, usage);
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("--restore did not finish in 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}"
+    );
+    let peak_mib = usage.ru_maxrss / 1024;
+    assert!(peak_mib < 256, "--restore peaked at {peak_mib} MiB");
+    let back = fs::metadata(&transcript).unwrap();
+    assert_eq!(back.len(), 2 << 30);
+    let mut start = vec![0u8; head.len()];
+    std::os::unix::fs::FileExt::read_exact_at(&fs::File::open(&transcript).unwrap(), &mut start, 0)
+        .unwrap();
+    assert_eq!(start, head, "the frames are back");
+}
+
 /// `--restore` never loses bytes written after the repair: a repaired
 /// transcript that grew since is copied into the run folder before the
 /// original bytes replace it, and a second `--restore` changes nothing.

@@ -164,11 +164,33 @@ fn remove_fork(run: &Path, created: &str) -> std::io::Result<PathBuf> {
 }
 
 /// Whether the file at `a` exists and holds the bytes of the file at `b`.
+/// Whether the files `a` and `b` hold the same bytes (false when either
+/// cannot be read): lengths first, then 64 KiB at a time, so that memory
+/// stays bounded whatever the files' sizes (a set-aside sparse transcript
+/// of 20 GiB was read whole into memory here).
 fn same_bytes(a: &Path, b: &Path) -> bool {
-    match (fs::read(a), fs::read(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
+    use std::os::unix::fs::FileExt;
+    let (Ok(fa), Ok(fb)) = (fs::File::open(a), fs::File::open(b)) else {
+        return false;
+    };
+    let len = match (fa.metadata(), fb.metadata()) {
+        (Ok(ma), Ok(mb)) if ma.len() == mb.len() => ma.len(),
+        _ => return false,
+    };
+    const BLOCK: usize = 64 * 1024;
+    let (mut x, mut y) = (vec![0u8; BLOCK], vec![0u8; BLOCK]);
+    let mut at = 0u64;
+    while at < len {
+        let n = ((len - at) as usize).min(BLOCK);
+        if fa.read_exact_at(&mut x[..n], at).is_err()
+            || fb.read_exact_at(&mut y[..n], at).is_err()
+            || x[..n] != y[..n]
+        {
+            return false;
+        }
+        at += n as u64;
     }
+    true
 }
 
 fn restore_one(run: &Path, e: &Entry) -> Result<String, String> {
@@ -212,18 +234,18 @@ fn restore_one(run: &Path, e: &Entry) -> Result<String, String> {
                 )),
                 Err(_) => None,
             };
-            let original_bytes = fs::read(copy).map_err(err)?;
-            let current = fs::read(original).ok();
-            if current.as_deref() == Some(&original_bytes[..]) {
+            fs::metadata(copy).map_err(err)?;
+            if same_bytes(original, copy) {
                 return Ok(format!(
                     "already the original bytes{}",
                     fork_note(&e.created)?
                 ));
             }
             // The file may have grown since the repair: its bytes are kept.
-            let kept = match current {
-                Some(_) => Some(set_aside(run, original).map_err(err)?),
-                None => None,
+            let kept = if original.exists() {
+                Some(set_aside(run, original).map_err(err)?)
+            } else {
+                None
             };
             put(copy, original, true).map_err(err)?;
             Ok(format!(
