@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn derived_keys_are_canonical_and_others_are_not() {
         for cwd in [
-            "/home/alice/work/app",
+            "/home/alice/code/app",
             "C:\\Users\\dev\\repo",
             "/",
             "/a-/b/",
