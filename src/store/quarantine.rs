@@ -239,20 +239,14 @@ pub(crate) fn copy_sparse(src: &File, start: u64, end: u64, out: &File) -> io::R
     let mut buf = vec![0u8; BLOCK];
     let mut at = start;
     while at < end {
-        // The next byte that holds data (ENXIO: none before the end of the
-        // file; another error: holes not supported, copy from here).
-        // SAFETY: lseek on an open descriptor; the positional reads below
-        // do not depend on its offset.
-        let data = unsafe { libc::lseek(src.as_raw_fd(), at as libc::off_t, libc::SEEK_DATA) };
-        let data = match data {
-            d if d >= 0 => (d as u64).max(at),
-            _ if io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => end,
-            _ => at,
-        };
+        // The next byte that holds data (none before the end of the file:
+        // u64::MAX; holes not supported: from here).
+        let data = super::holes::next_data(src, at);
         if data >= end {
             break;
         }
-        // SAFETY: as above.
+        // SAFETY: lseek on an open descriptor; the positional reads below
+        // do not depend on its offset.
         let hole = unsafe { libc::lseek(src.as_raw_fd(), data as libc::off_t, libc::SEEK_HOLE) };
         let hole = match hole {
             h if h > data as libc::off_t => (h as u64).min(end),
