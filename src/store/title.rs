@@ -166,7 +166,7 @@ pub fn scan_title(t: &Transcript, from: u64, to: u64) -> Result<TitleScan> {
         pending.drain(..start);
         if pending.len() <= LONG_LINE_BYTES && permit.is_some() {
             // The long line's memory goes before its permit does.
-            pending = pending.clone();
+            pending.shrink_to_fit();
             permit = None;
         }
     }
